@@ -1,0 +1,36 @@
+# Quick start: `make run` (demo) and `make test` (test suite). Both create .venv.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: run test test-all bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+
+# Core install: what `make run` needs.
+$(VENV)/.core: pyproject.toml $(BIN)/python
+	$(PIP) install -e .
+	touch $@
+
+# Everything the tests touch: test tools, apps (pinned CPU torch + TVM).
+$(VENV)/.test: pyproject.toml $(BIN)/python
+	$(PIP) install -e '.[test,apps]'
+	touch $@ $(VENV)/.core
+
+run: $(VENV)/.core
+	$(BIN)/bless demo
+
+test: $(VENV)/.test
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-all: $(VENV)/.test
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.core
+	$(BIN)/python tools/bench_sim.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build dist

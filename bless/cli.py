@@ -1,0 +1,46 @@
+"""The ``bless`` command line.
+
+Each sub-command lives in its own module under :mod:`bless.commands` with a
+``register(subparsers)`` function; this module only wires them together, so
+importing the CLI stays cheap (heavy imports happen inside the commands).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = (
+    "bless.commands.demo",
+    "bless.commands.profile",
+    "bless.commands.gpus",
+    "bless.commands.bench",
+)
+
+
+class UserError(Exception):
+    """A mistake in what the user asked for; printed without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bless", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, ValueError, FileNotFoundError) as e:
+        print(f"bless {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""The simulated GPU behind the :class:`~bless.backend.Backend` interface.
+
+Two clocks share one model:
+
+* ``virtual``: the host clock is a number that moves only when the host does
+  something (a launch costs ``HostCosts.launch``, a synchronisation waits for
+  the device and costs ``HostCosts.sync``); replays run as fast as Python goes.
+* ``wall``: the host clock is real time; the engine is advanced up to the
+  present before every launch and the host sleeps until simulated kernels
+  finish, so a server sees kernels finish in real time.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+from bless.backend import AppHandle, Backend, BackendError, HostCosts
+from bless.gpu import GpuSpec, get_gpu
+from bless.profile import Profile
+from bless.sim.engine import Context, Engine, InterferenceModel, KernelRun, Stream
+from bless.sim.kernels import SimApp
+
+CLOCKS = ("virtual", "wall")
+
+
+class SimBackend(Backend):
+    """A deterministic simulated GPU (see :mod:`bless.sim.engine` for the model)."""
+
+    name = "sim"
+
+    def __init__(
+        self,
+        gpu: str | GpuSpec = "a100",
+        *,
+        clock: str = "virtual",
+        host: HostCosts | None = None,
+        interference: InterferenceModel | None = None,
+        noise_sigma: float = 0.0,
+        seed: int = 0,
+        mechanism: str = "mps",
+    ) -> None:
+        self.gpu = gpu if isinstance(gpu, GpuSpec) else get_gpu(gpu)
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+        self.clock = clock
+        self.host = host or HostCosts()
+        self.mechanism = mechanism
+        self.gpu.round_sms(1, mechanism)  # validates the mechanism name
+        self.engine = Engine(
+            self.gpu.sm_count,
+            interference=interference,
+            context_switch=self.host.context_switch,
+            event_latency=self.host.event,
+            noise_sigma=noise_sigma,
+            seed=seed,
+        )
+        self._host = 0.0
+        self._completed: list[KernelRun] = []
+        self._memory_used = 0
+        self._held: dict[int, int] = {}
+        """Bytes held per deployed app (its own memory plus its contexts)."""
+        self._t0 = time.monotonic()
+        self._wake = threading.Event()
+
+    # ------------------------------------------------------------ apps
+    def deploy(self, profile: Profile) -> AppHandle:
+        app = SimApp.from_profile(profile, self.gpu)
+        self._allocate(profile.memory_bytes, f"app {profile.app!r}")
+        handle = AppHandle(profile.app, profile, app)
+        self._held[id(handle)] = profile.memory_bytes
+        return handle
+
+    def undeploy(self, app: AppHandle) -> None:
+        """Free the app's memory and the memory of every context made for it."""
+        self._memory_used -= self._held.pop(id(app), 0)
+
+    def _allocate(self, nbytes: int, what: str) -> None:
+        if self._memory_used + nbytes > self.gpu.memory_bytes:
+            free = self.gpu.memory_bytes - self._memory_used
+            raise BackendError(
+                f"out of GPU memory for {what}: needs {nbytes / 2**20:.0f} MiB, "
+                f"{free / 2**20:.0f} MiB free on {self.gpu.name}"
+            )
+        self._memory_used += nbytes
+
+    @property
+    def memory_used(self) -> int:
+        return self._memory_used
+
+    def create_context(self, app: AppHandle, sm_limit: int | None) -> Context:
+        granted = None if sm_limit is None else self.gpu.round_sms(sm_limit, self.mechanism)
+        cost = self.gpu.green_context_memory_bytes if self.mechanism == "green" else self.gpu.context_memory_bytes
+        self._allocate(cost, f"a context of app {app.name!r}")
+        self._held[id(app)] = self._held.get(id(app), 0) + cost
+        label = f"{app.name}/{'all' if granted is None else granted}"
+        return self.engine.create_context(granted, label)
+
+    def granted_sms(self, context: Context) -> int:
+        return self.gpu.sm_count if context.sm_limit is None else context.sm_limit
+
+    def create_stream(self, context: Context) -> Stream:
+        return self.engine.create_stream(context)
+
+    # ------------------------------------------------------------ work
+    def launch(
+        self,
+        stream: Stream,
+        app: AppHandle,
+        kernel: int,
+        *,
+        after: KernelRun | None = None,
+        tag: Any = None,
+        notify: bool = False,
+        timed: bool = False,
+    ) -> KernelRun:
+        if self.clock == "wall":
+            self._catch_up()
+        self._host = max(self._host, self.now()) + self.host.launch
+        return self.engine.launch(
+            stream,
+            app.private.kernels[kernel],
+            self._host,
+            after=after,
+            tag=tag,
+            on_done=self._on_notify if notify else None,
+        )
+
+    def _on_notify(self, run: KernelRun) -> None:
+        self._completed.append(run)
+        self.engine.halt()
+
+    def synchronize(self) -> None:
+        self.engine.run()
+        done = max(self.engine.now, self._host) + self.host.sync
+        if self.clock == "wall":
+            self._sleep_until(done)
+        self._host = done
+
+    def wait(self, deadline: float = math.inf) -> list[KernelRun]:
+        if self.clock == "virtual":
+            if not self._completed:
+                self.engine.run(until=deadline)
+                if not self._completed and deadline != math.inf:
+                    self._host = max(self._host, deadline)
+            self._host = max(self._host, self.engine.now)
+        else:
+            self._wake.clear()
+            while not self._completed:
+                target = min(self.engine.next_event_time(), deadline)
+                if target == math.inf:
+                    break
+                self._sleep_until(target, interruptible=True)
+                self._catch_up()
+                if self._wake.is_set() or self.now() >= deadline:
+                    break
+        done, self._completed = self._completed, []
+        return done
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # ------------------------------------------------------------ clock
+    def now(self) -> float:
+        if self.clock == "virtual":
+            return self._host
+        return time.monotonic() - self._t0
+
+    def _catch_up(self) -> None:
+        """Wall clock: advance the model to the present (never launch into the past)."""
+        self.engine.run(until=self.now())
+
+    def _sleep_until(self, t: float, interruptible: bool = False) -> None:
+        delay = t - self.now()
+        if delay <= 0:
+            return
+        if interruptible:
+            self._wake.wait(delay)
+        else:
+            time.sleep(delay)
+
+    def utilisation(self) -> float:
+        elapsed = self.engine.now
+        if elapsed <= 0:
+            return math.nan
+        return self.engine.stats.sm_seconds / (elapsed * self.gpu.sm_count)
+
+    def describe(self) -> str:
+        return f"simulated {self.gpu.full_name} ({self.clock} clock, {self.mechanism} contexts)"

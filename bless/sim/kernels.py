@@ -1,0 +1,72 @@
+"""Ground truth of an app's kernels for the simulated GPU.
+
+The simulator needs, per kernel, its solo duration at *every* SM count and how
+hard it pulls on DRAM.  Both come from the app's ground-truth profile: the
+18-level durations are expanded to a dense table over 1..N SMs with
+:func:`bless.curves.dense_curve`, capped at the kernel's maximum useful SMs
+(``max_sm_share``), and ``dram_util`` (fraction of peak bandwidth used alone on
+the whole GPU) gives the bytes the kernel moves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bless import curves
+from bless.gpu import GpuSpec
+from bless.profile import Profile
+
+
+@dataclass(frozen=True, eq=False)
+class SimKernel:
+    """One kernel as the engine sees it (plain lists: scalar reads are hot)."""
+
+    name: str
+    is_memcpy: bool
+    max_sms: int
+    """Most SMs the kernel keeps busy; 0 for memory copies (copy engine)."""
+    solo: list[float]
+    """solo[n]: duration alone on n SMs, n = 0..N (solo[0] = inf)."""
+    dram_seconds: float
+    """Bytes moved, as seconds of peak DRAM bandwidth: dram_util * t(full)."""
+
+
+@dataclass(frozen=True, eq=False)
+class SimApp:
+    """All kernels of one app, ready for the engine."""
+
+    name: str
+    kernels: tuple[SimKernel, ...]
+
+    @classmethod
+    def from_profile(cls, profile: Profile, gpu: GpuSpec) -> "SimApp":
+        if profile.gpu != gpu.name:
+            raise ValueError(
+                f"profile {profile.app!r} is for {profile.gpu}, not {gpu.name}; "
+                f"use a profile made for {gpu.name} (bless profile {profile.app} --gpu {gpu.name})"
+            )
+        dense = curves.dense_curve(np.array(profile.level_sms), profile.t, gpu.sm_count)
+        kernels = []
+        for k, desc in enumerate(profile.kernels):
+            col = dense[:, k].copy()
+            if desc.kind == "memcpy":
+                col[1:] = col[-1]
+                kernels.append(SimKernel(desc.name, True, 0, [float(col[-1])] * len(col), 0.0))
+                continue
+            cap = desc.max_sms(gpu.sm_count)
+            # With all the SMs it can use, a kernel runs at its full-GPU speed.
+            col[cap:] = col[-1]
+            # Solo time never grows with more SMs (measurement noise can say otherwise).
+            col[1:] = np.minimum.accumulate(col[1:])
+            kernels.append(
+                SimKernel(
+                    name=desc.name,
+                    is_memcpy=False,
+                    max_sms=cap,
+                    solo=col.tolist(),
+                    dram_seconds=float(desc.dram_util * col[cap]),
+                )
+            )
+        return cls(profile.app, tuple(kernels))
