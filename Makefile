@@ -17,7 +17,7 @@ $(VENV)/.core: pyproject.toml $(BIN)/python
 
 # Everything the tests touch: test tools, apps (pinned CPU torch + TVM).
 $(VENV)/.test: pyproject.toml $(BIN)/python
-	$(PIP) install -e '.[test,apps]'
+	$(PIP) install -e '.[test,apps,cuda]'
 	touch $@ $(VENV)/.core
 
 run: $(VENV)/.core

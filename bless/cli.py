@@ -1,22 +1,19 @@
 """The ``bless`` command line.
 
 Each sub-command lives in its own module under :mod:`bless.commands` with a
-``register(subparsers)`` function; this module only wires them together, so
-importing the CLI stays cheap (heavy imports happen inside the commands).
+``register(subparsers)`` function; this module discovers and wires them, so a
+new command is a new module.  Command modules import heavy dependencies only
+inside their handlers, which keeps ``bless --help`` fast.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import pkgutil
 import sys
 
-COMMANDS = (
-    "bless.commands.demo",
-    "bless.commands.profile",
-    "bless.commands.gpus",
-    "bless.commands.bench",
-)
+import bless.commands
 
 
 class UserError(Exception):
@@ -26,8 +23,8 @@ class UserError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bless", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(name).register(sub)
+    for info in sorted(pkgutil.iter_modules(bless.commands.__path__), key=lambda m: m.name):
+        importlib.import_module(f"bless.commands.{info.name}").register(sub)
     return parser
 
 
