@@ -133,7 +133,12 @@ class SimBackend(Backend):
         self.engine.halt()
 
     def synchronize(self) -> None:
-        self.engine.run()
+        eng = self.engine
+        while not eng.idle:
+            before = (eng.now, eng.stats.kernels_done)
+            eng.run()  # returns early at each notify completion
+            if (eng.now, eng.stats.kernels_done) == before:
+                raise RuntimeError("simulated GPU deadlock: launched kernels can never start")
         done = max(self.engine.now, self._host) + self.host.sync
         if self.clock == "wall":
             self._sleep_until(done)

@@ -1,0 +1,218 @@
+"""The configuration determiner: how to run a squad.
+
+The space is *no restriction* (NSP: every request in its unrestricted
+context) plus every strict split of the ``N = 18`` partitions among the K
+requests of the squad with at least one each -- ``C(N-1, K-1)`` splits.  Two
+estimators, pure functions over the profile arrays, price them:
+
+* **interference-free** (strict split): request j on ``n_j`` partitions takes
+  the sum of its squad kernels' ``t[n_j][k]``; the squad takes the slowest
+  request.  With per-level prefix sums this is O(1) per request and level.
+  The best split minimises the maximum; because each request's time is
+  non-increasing in its partitions, handing partitions one at a time to the
+  current bottleneck reaches the optimum of the whole ``C(N-1, K-1)`` space
+  in ``O(N*K)`` (the tests check it against full enumeration).
+* **workload equivalence** (no restriction): walk the squad breadth-first
+  across requests, each request's current kernel overlapping the others'.
+  Overlapping kernels with SM shares ``d_i`` whose sum ``D`` fits the GPU run
+  at full speed; when ``D > 1`` each is taken to run as if it had its
+  proportional part ``d_i / D`` of the SMs (its time read from its profiled
+  curve at that many SMs, which is its full-GPU time when it cannot use more).
+  The walk advances to the first kernel that finishes, the next kernel of that
+  request joins, and so on; a request running alone adds its own time.
+
+Memory copies use the copy engine, so both estimators add their durations
+serially.  If a strict split wins, the squad runs as Semi-SP: the first ``c``
+(split ratio) of each request's squad kernels in its restricted context, the
+rest unrestricted, so a request that finishes its share early leaves no
+bubble.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import combinations
+
+import numba
+import numpy as np
+
+from bless import curves
+from bless.gpu import N_LEVELS, GpuSpec
+from bless.profile import Profile
+from bless.scheduler import Squad
+
+MODES = ("auto", "nsp", "sp")
+"""auto: pick the faster estimate; nsp / sp: always that kind (ablations)."""
+
+
+@dataclass(frozen=True)
+class SquadConfig:
+    """How one squad runs: unrestricted, or restricted to ``partitions`` per entry."""
+
+    restricted: bool
+    partitions: tuple[int, ...]
+    """Partitions (1..18) of each squad entry when restricted; empty for NSP."""
+    estimate: float
+    nsp_estimate: float
+    sp_estimate: float
+
+
+class AppTables:
+    """Per-app arrays that make an estimate cheap, built once at deployment."""
+
+    def __init__(self, profile: Profile, gpu: GpuSpec) -> None:
+        # More SMs never slow a kernel down: take the running minimum over levels.
+        t = np.minimum.accumulate(profile.t, axis=0)
+        self.prefix = np.zeros((N_LEVELS, profile.n_kernels + 1))
+        self.prefix[:, 1:] = np.cumsum(t, axis=1)
+        self.is_copy = profile.memcpy_mask()
+        copies = np.where(self.is_copy, t[-1], 0.0)
+        self.copy_prefix = np.concatenate(([0.0], np.cumsum(copies)))
+        self.share = np.array([k.max_sm_share for k in profile.kernels])
+        dense = curves.dense_curve(np.array(profile.level_sms), t, gpu.sm_count)
+        dense[1:] = np.minimum.accumulate(dense[1:], axis=0)
+        for k in range(profile.n_kernels):
+            cap = profile.kernels[k].max_sms(gpu.sm_count)
+            dense[cap:, k] = dense[-1, k]
+        self.dense = np.ascontiguousarray(dense)
+
+    def level_sums(self, start: int, count: int) -> np.ndarray:
+        """Duration of kernels [start, start+count) alone at each of the 18 levels."""
+        return self.prefix[:, start + count] - self.prefix[:, start]
+
+
+class Determiner:
+    """Chooses a :class:`SquadConfig` for each squad."""
+
+    def __init__(self, gpu: GpuSpec, mode: str = "auto") -> None:
+        if mode not in MODES:
+            raise ValueError(f"determiner mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.gpu = gpu
+        self.mode = mode
+        self._tables: dict[int, AppTables] = {}
+
+    def tables(self, profile: Profile) -> AppTables:
+        key = id(profile)
+        tab = self._tables.get(key)
+        if tab is None:
+            tab = self._tables[key] = AppTables(profile, self.gpu)
+        return tab
+
+    def forget(self, profile: Profile) -> None:
+        self._tables.pop(id(profile), None)
+
+    # ------------------------------------------------------------ estimators
+    def level_sums(self, squad: Squad) -> np.ndarray:
+        """Shape (K, 18): each entry's squad kernels alone at each level."""
+        return np.array([self.tables(e.request.app.profile).level_sums(e.start, e.count) for e in squad.entries])
+
+    def estimate_split(self, squad: Squad, partitions: tuple[int, ...]) -> float:
+        """Interference-free estimate of running ``squad`` on a strict split."""
+        sums = self.level_sums(squad)
+        return float(max(sums[j, n - 1] for j, n in enumerate(partitions)))
+
+    def best_split(self, squad: Squad) -> tuple[tuple[int, ...], float]:
+        """The split of the 18 partitions with the lowest interference-free estimate."""
+        sums = self.level_sums(squad)
+        parts = _greedy_split(sums, N_LEVELS)
+        return tuple(int(p) for p in parts), float(max(sums[j, p - 1] for j, p in enumerate(parts)))
+
+    def estimate_nsp(self, squad: Squad) -> float:
+        """Workload-equivalence estimate of running ``squad`` unrestricted."""
+        cols = []
+        shares = []
+        offsets = [0]
+        copies = 0.0
+        for e in squad.entries:
+            tab = self.tables(e.request.app.profile)
+            lo, hi = e.start, e.start + e.count
+            copies += tab.copy_prefix[hi] - tab.copy_prefix[lo]
+            idx = np.arange(lo, hi)[~tab.is_copy[lo:hi]]
+            cols.append(tab.dense[:, idx])
+            shares.append(tab.share[idx])
+            offsets.append(offsets[-1] + len(idx))
+        if offsets[-1] == 0:
+            return copies
+        dense = np.ascontiguousarray(np.concatenate(cols, axis=1))
+        return copies + _nsp_walk(dense, np.concatenate(shares), np.array(offsets, dtype=np.int64), self.gpu.sm_count)
+
+    # ------------------------------------------------------------ decision
+    def decide(self, squad: Squad) -> SquadConfig:
+        """Price NSP and the best strict split; keep the faster (per ``mode``)."""
+        if len(squad.entries) <= 1:
+            est = self.estimate_nsp(squad) if squad.entries else 0.0
+            return SquadConfig(False, (), est, est, est)
+        nsp = self.estimate_nsp(squad) if self.mode != "sp" else math.inf
+        parts, sp = self.best_split(squad) if self.mode != "nsp" else ((), math.inf)
+        if sp < nsp:
+            return SquadConfig(True, parts, sp, nsp, sp)
+        return SquadConfig(False, (), nsp, nsp, sp)
+
+
+@lru_cache(maxsize=16)
+def all_splits(k: int, n: int = N_LEVELS) -> np.ndarray:
+    """Every split of ``n`` partitions among ``k`` requests, at least one each.
+
+    Shape ``(C(n-1, k-1), k)``: the stars-and-bars enumeration.
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"cannot split {n} partitions among {k} requests with at least one each")
+    rows = []
+    for cuts in combinations(range(1, n), k - 1):
+        bounds = (0, *cuts, n)
+        rows.append([bounds[i + 1] - bounds[i] for i in range(k)])
+    return np.array(rows, dtype=np.int64)
+
+
+@numba.njit(cache=True)
+def _greedy_split(sums: np.ndarray, n: int) -> np.ndarray:
+    """Give partitions one by one to the current bottleneck (see module docstring)."""
+    k = sums.shape[0]
+    parts = np.ones(k, dtype=np.int64)
+    for _ in range(n - k):
+        worst = 0
+        for j in range(1, k):
+            if sums[j, parts[j] - 1] > sums[worst, parts[worst] - 1]:
+                worst = j
+        parts[worst] += 1
+    return parts
+
+
+@numba.njit(cache=True)
+def _nsp_walk(dense: np.ndarray, share: np.ndarray, offsets: np.ndarray, sm_count: int) -> float:
+    """The workload-equivalence walk over columns ``dense[:, offsets[j]:offsets[j+1]]`` of request j."""
+    k = offsets.shape[0] - 1
+    ptr = offsets[:-1].copy()
+    rem = np.ones(k)
+    dur = np.empty(k)
+    total = 0.0
+    while True:
+        demand = 0.0
+        live = 0
+        for j in range(k):
+            if ptr[j] < offsets[j + 1]:
+                demand += share[ptr[j]]
+                live += 1
+        if live == 0:
+            return total
+        step = np.inf
+        for j in range(k):
+            if ptr[j] < offsets[j + 1]:
+                i = ptr[j]
+                if demand <= 1.0:
+                    d = dense[sm_count, i]
+                else:
+                    sms = int(share[i] / demand * sm_count)
+                    d = dense[sms if sms >= 1 else 1, i]
+                dur[j] = d
+                if rem[j] * d < step:
+                    step = rem[j] * d
+        total += step
+        for j in range(k):
+            if ptr[j] < offsets[j + 1]:
+                rem[j] -= step / dur[j]
+                if rem[j] <= 1e-9:
+                    ptr[j] += 1
+                    rem[j] = 1.0

@@ -1,0 +1,1 @@
+"""Sharing policies, one module each, registered in :data:`bless.policy.POLICIES`."""

@@ -1,0 +1,107 @@
+"""BLESS: kernel squads paced by isolated-latency progress, run as the faster of
+no restriction or a Semi-SP split (the policy of the paper this project follows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bless.determiner import Determiner, SquadConfig
+from bless.gpu import N_LEVELS, GpuSpec
+from bless.policy import Decision, LaunchPlan, Policy
+from bless.requests import AppState
+from bless.scheduler import Squad, build_squad
+
+
+@dataclass(frozen=True)
+class SquadRecord:
+    """What the runtime records per squad (for squad-duration statistics)."""
+
+    squad: Squad
+    config: SquadConfig
+
+
+class BlessPolicy(Policy):
+    """The BLESS policy (multi-task scheduler + configuration determiner)."""
+
+    name = "bless"
+
+    def __init__(
+        self,
+        squad_size: int = 50,
+        split_ratio: float = 0.5,
+        determiner: str = "auto",
+        pacing: bool = True,
+        mechanism: str = "mps",
+    ) -> None:
+        if squad_size < 1:
+            raise ValueError(f"squad_size must be >= 1, got {squad_size}")
+        if not 0.0 <= split_ratio <= 1.0:
+            raise ValueError(f"split_ratio must be in [0, 1], got {split_ratio}")
+        self.squad_size = squad_size
+        self.split_ratio = split_ratio
+        self.determiner_mode = determiner
+        self.pacing = pacing
+        self.mechanism = mechanism
+        self.determiner: Determiner | None = None
+        self.max_apps = 1
+
+    def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
+        self.gpu = gpu
+        self.determiner = Determiner(gpu, self.determiner_mode)
+        self.max_apps = max(self.max_apps, len(apps))
+        for app in apps:
+            self.determiner.tables(app.profile)
+
+    def context_limits(self, app: AppState, gpu: GpuSpec) -> list[int | None]:
+        """Restricted contexts for every level a split can give a request.
+
+        With K apps a request gets at most ``18 - (K - 1)`` partitions, so the
+        contexts above that level are never used and not created.
+        """
+        top = N_LEVELS - (self.max_apps - 1)
+        return [None, *dict.fromkeys(gpu.sms_for_level(n, self.mechanism) for n in range(1, top + 1))]
+
+    def step(self, now: float, apps: list[AppState]) -> Decision | None:
+        active = [r for a in apps if (r := a.activate()) is not None]
+        if not active:
+            return None
+        active.sort(key=lambda r: (r.arrival, r.rid))
+        squad = build_squad(active, now, self.squad_size, self.pacing)
+        config = self.determiner.decide(squad)
+        record = SquadRecord(squad, config)
+        if not config.restricted:
+            plans = tuple(LaunchPlan(e.request, e.start, e.count) for e in squad.entries)
+            return Decision(plans, squad.order, sync=True, info=record)
+        return self._semi_sp(squad, config, record)
+
+    def _semi_sp(self, squad: Squad, config: SquadConfig, record: SquadRecord) -> Decision:
+        """The first ``split_ratio`` of each request's squad kernels restricted, the rest not."""
+        plans: list[LaunchPlan] = []
+        first_plan: list[tuple[int, int, int]] = []  # (restricted plan, restricted count, free plan)
+        for e, parts in zip(squad.entries, config.partitions):
+            restricted = int(self.split_ratio * e.count + 0.5)
+            sms = self.gpu.sms_for_level(parts, self.mechanism)
+            r_idx = f_idx = -1
+            if restricted:
+                r_idx = len(plans)
+                plans.append(LaunchPlan(e.request, e.start, restricted, sms))
+            if restricted < e.count:
+                f_idx = len(plans)
+                plans.append(LaunchPlan(e.request, e.start + restricted, e.count - restricted))
+            first_plan.append((r_idx, restricted, f_idx))
+        taken = [0] * len(squad.entries)
+        order = []
+        for j in squad.order:
+            r_idx, restricted, f_idx = first_plan[j]
+            order.append(r_idx if taken[j] < restricted else f_idx)
+            taken[j] += 1
+        return Decision(tuple(plans), tuple(order), sync=True, info=record)
+
+    def describe(self) -> dict:
+        return {
+            "policy": self.name,
+            "squad_size": self.squad_size,
+            "split_ratio": self.split_ratio,
+            "determiner": self.determiner_mode,
+            "pacing": self.pacing,
+        }

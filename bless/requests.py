@@ -1,0 +1,93 @@
+"""Requests and the per-app view the policies schedule from."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bless.profile import Profile
+
+
+@dataclass(eq=False)
+class Request:
+    """One inference request (or training iteration) of one app."""
+
+    rid: int
+    app: "AppState"
+    arrival: float
+    scheduled: int = 0
+    """Kernels handed to the GPU so far (the next kernel's index)."""
+    end: float | None = None
+    first_launch: Any = None
+    """The backend's launch object of the request's first kernel (its start time)."""
+    last_launch: Any = None
+    """The backend's launch object of the latest scheduled kernel (ordering, timing)."""
+    payload: Any = None
+    """Whatever the caller attached (the server keeps its response future here)."""
+    failed: str | None = None
+
+    @property
+    def n_kernels(self) -> int:
+        return self.app.profile.n_kernels
+
+    @property
+    def remaining(self) -> int:
+        return self.n_kernels - self.scheduled
+
+    @property
+    def done(self) -> bool:
+        return self.end is not None
+
+    @property
+    def latency(self) -> float:
+        return self.end - self.arrival
+
+    @property
+    def queue_time(self) -> float:
+        """Arrival to the start of the first kernel."""
+        return self.first_launch.start - self.arrival
+
+
+@dataclass(eq=False)
+class AppState:
+    """A deployed app as the scheduler sees it: profile, quota, queue, active request."""
+
+    index: int
+    name: str
+    profile: Profile
+    quota: float
+    """Share of the GPU's SMs promised to this app, in (0, 1]."""
+    slo: float | None = None
+    """Latency target in seconds; None means the ISO latency T[quota]."""
+    queue: deque[Request] = field(default_factory=deque)
+    active: Request | None = None
+    handle: Any = None
+    """The backend's AppHandle."""
+    prefix: np.ndarray = field(init=False, repr=False)
+    """Shape (K+1,): expected time from request start to the end of kernel i-1 at the quota."""
+    iso_latency: float = field(init=False)
+    """T[quota]: the isolated latency the quota promises."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.quota <= 1:
+            raise ValueError(f"quota of app {self.name!r} must be in (0, 1], got {self.quota}")
+        if self.slo is not None and self.slo <= 0:
+            raise ValueError(f"slo of app {self.name!r} must be a positive number of seconds, got {self.slo}")
+        n = self.quota * self.profile.level_sms[-1]
+        t = self.profile.t_at_sms(n)
+        self.prefix = np.concatenate(([0.0], np.cumsum(t)))
+        self.iso_latency = self.profile.latency_at_sms(n)
+
+    @property
+    def target(self) -> float:
+        """The latency the scheduler paces this app against (SLO if set, else ISO)."""
+        return self.slo if self.slo is not None else self.iso_latency
+
+    def activate(self) -> Request | None:
+        """Make the oldest queued request active if none is (one active request per app)."""
+        if self.active is None and self.queue:
+            self.active = self.queue.popleft()
+        return self.active

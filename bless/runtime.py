@@ -1,0 +1,300 @@
+"""The runtime loop: arrivals in, policy decisions out, completions back.
+
+One loop serves every policy.  At each step it admits the requests that have
+arrived, asks the policy for a :class:`~bless.policy.Decision`, has the
+kernel manager launch it, and then either synchronises (a squad) or waits for
+the next completion, arrival or wake-up time.  On the simulated GPU in
+virtual time this replays hours of traffic as fast as Python runs; the same
+loop drives a real GPU.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from bless.backend import Backend
+from bless.manager import KernelManager
+from bless.policy import Policy
+from bless.requests import AppState, Request
+from bless.workload import Load
+
+
+@dataclass
+class AppResult:
+    """Per-app outcome of a run (times in seconds)."""
+
+    app: str
+    quota: float
+    load: str
+    iso_latency: float
+    """T[quota]: the latency the quota promises (the ISO target)."""
+    solo_latency: float
+    """T[100%]: the app alone on the whole GPU."""
+    slo: float | None
+    latencies: np.ndarray
+    queue_times: np.ndarray
+    window: float
+    submitted: int
+    failed: int = 0
+
+    @property
+    def completed(self) -> int:
+        return len(self.latencies)
+
+    @property
+    def mean(self) -> float:
+        return float(self.latencies.mean()) if self.completed else math.nan
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self.latencies, q)) if self.completed else math.nan
+
+    @property
+    def throughput(self) -> float:
+        return self.completed / self.window if self.window > 0 else math.nan
+
+    @property
+    def deviation(self) -> float:
+        """How far the mean latency exceeds the ISO target (0 when within it)."""
+        return max(self.mean - self.iso_latency, 0.0) if self.completed else math.nan
+
+    @property
+    def slo_violation_rate(self) -> float:
+        if self.slo is None or not self.completed:
+            return math.nan
+        return float(np.mean(self.latencies > self.slo))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "app": self.app,
+            "quota": self.quota,
+            "load": self.load,
+            "requests": self.completed,
+            "failed": self.failed,
+            "mean_ms": self.mean * 1e3,
+            "p50_ms": self.percentile(50) * 1e3,
+            "p99_ms": self.percentile(99) * 1e3,
+            "iso_ms": self.iso_latency * 1e3,
+            "solo_ms": self.solo_latency * 1e3,
+            "deviation_ms": self.deviation * 1e3,
+            "throughput_rps": self.throughput,
+            "queue_mean_ms": float(self.queue_times.mean()) * 1e3 if len(self.queue_times) else math.nan,
+            "slo_ms": None if self.slo is None else self.slo * 1e3,
+            "slo_violation_rate": self.slo_violation_rate,
+        }
+
+
+@dataclass
+class RunResult:
+    """Everything a run measured."""
+
+    policy: dict[str, Any]
+    gpu: str
+    duration: float
+    warmup: float
+    apps: list[AppResult]
+    squad_durations: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    squad_estimates: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    squad_restricted: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    utilisation: float = math.nan
+    kernels: int = 0
+    wall_seconds: float = 0.0
+    device_seconds: float = 0.0
+
+    @property
+    def latency_deviation(self) -> float:
+        """sum_j max(T_sys_j - T_iso_j, 0), the paper's quota-violation measure."""
+        return float(sum(a.deviation for a in self.apps if a.completed))
+
+    def summary(self) -> dict[str, Any]:
+        sq = self.squad_durations
+        return {
+            **self.policy,
+            "gpu": self.gpu,
+            "duration_s": self.duration,
+            "latency_deviation_ms": self.latency_deviation * 1e3,
+            "mean_latency_ms": float(np.mean([a.mean for a in self.apps])) * 1e3,
+            "utilisation": self.utilisation,
+            "kernels": self.kernels,
+            "squads": len(sq),
+            "squad_mean_us": float(sq.mean()) * 1e6 if len(sq) else math.nan,
+            "squad_p99_us": float(np.percentile(sq, 99)) * 1e6 if len(sq) else math.nan,
+            "restricted_share": float(self.squad_restricted.mean()) if len(sq) else math.nan,
+            "wall_s": self.wall_seconds,
+            "kernels_per_wall_s": self.kernels / self.wall_seconds if self.wall_seconds > 0 else math.nan,
+        }
+
+
+class Runtime:
+    """Runs ``apps`` under ``policy`` on ``backend`` for ``duration`` seconds of arrivals."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        policy: Policy,
+        apps: list[AppState],
+        loads: list[Load],
+        *,
+        duration: float,
+        warmup: float = 0.0,
+        seed: int = 0,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        if len(apps) != len(loads):
+            raise ValueError("one load per app is required")
+        if duration <= 0 or not 0 <= warmup < duration:
+            raise ValueError(f"need duration > 0 and 0 <= warmup < duration, got {duration}, {warmup}")
+        self.backend = backend
+        self.policy = policy
+        self.apps = apps
+        self.loads = loads
+        self.duration = duration
+        self.warmup = warmup
+        self.progress = progress
+        self.manager = KernelManager(backend)
+        rng = np.random.default_rng(seed)
+        for app, load in zip(apps, loads):
+            load.bind(app.profile.T[-1], np.random.default_rng(rng.integers(2**63)))
+        policy.setup(apps, backend.gpu)
+        for app in apps:
+            self.manager.deploy(app, policy.context_limits(app, backend.gpu))
+        self._arrivals: list[tuple[float, int, int]] = []
+        self._open: list[Iterator[float]] = []
+        self._rid = 0
+        self._in_flight = 0
+        self._done: list[list[Request]] = [[] for _ in apps]
+        self._submitted = [0] * len(apps)
+        self._squads: list[tuple[float, float, bool]] = []
+        self._launched: set[Request] = set()
+        """Requests with kernels on the GPU that have not completed."""
+
+    # ------------------------------------------------------------ arrivals
+    def _push(self, t: float, app: int) -> None:
+        if t < self.duration:
+            self._rid += 1
+            heapq.heappush(self._arrivals, (t, self._rid, app))
+
+    def _seed_arrivals(self) -> None:
+        for i, load in enumerate(self.loads):
+            for t in load.initial():
+                self._push(t, i)
+            it = load.open_arrivals()
+            self._open.append(it)
+            self._pull_open(i)
+
+    def _pull_open(self, i: int) -> None:
+        t = next(self._open[i], None)
+        if t is not None:
+            self._push(t, i)
+
+    def _admit(self, now: float) -> None:
+        while self._arrivals and self._arrivals[0][0] <= now:
+            t, rid, i = heapq.heappop(self._arrivals)
+            app = self.apps[i]
+            app.queue.append(Request(rid, app, t))
+            self._submitted[i] += 1
+            self._in_flight += 1
+            if not self.loads[i].closed:
+                self._pull_open(i)
+
+    # ------------------------------------------------------------ loop
+    def run(self) -> RunResult:
+        wall0 = time.perf_counter()
+        dev0 = self.backend.now()
+        self._seed_arrivals()
+        backend = self.backend
+        last_report = 0.0
+        while self._arrivals or self._in_flight:
+            now = backend.now()
+            self._admit(now)
+            decision = self.policy.step(now, self.apps)
+            next_arrival = self._arrivals[0][0] if self._arrivals else math.inf
+            if decision is not None and decision.plans:
+                launches = self.manager.execute(decision)
+                self._launched.update(p.request for p in decision.plans)
+                if decision.sync:
+                    backend.synchronize()
+                    self._record_squad(decision, launches)
+                    finished = backend.wait(backend.now())
+                else:
+                    finished = backend.wait(min(next_arrival, decision.wake_at))
+            else:
+                wake = decision.wake_at if decision is not None else math.inf
+                deadline = min(next_arrival, wake)
+                if deadline == math.inf and not self._launched:
+                    raise RuntimeError(
+                        f"policy {self.policy.name!r} left {self._in_flight} request(s) unscheduled with "
+                        f"nothing running and no wake-up time"
+                    )
+                finished = backend.wait(deadline)
+            for run in finished:
+                self._complete(run.tag, run.end)
+            if self.progress is not None and now - last_report > 0.05 * self.duration:
+                last_report = now
+                self.progress(min(now / self.duration, 1.0))
+        for app in self.apps:
+            self.manager.undeploy(app)
+        return self._result(time.perf_counter() - wall0, backend.now() - dev0)
+
+    def _complete(self, req: Request, end: float) -> None:
+        if req.done:
+            return
+        req.end = end
+        self._launched.discard(req)
+        app = req.app
+        if app.active is req:
+            app.active = None
+        self._in_flight -= 1
+        self._done[app.index].append(req)
+        self.policy.on_complete(req, end)
+        nxt = self.loads[app.index].after_completion(end)
+        if nxt is not None:
+            self._push(nxt, app.index)
+
+    def _record_squad(self, decision, launches: list) -> None:
+        """Squad duration on the device: first kernel start to last kernel end."""
+        start = min(r.start for r in launches)
+        end = max(r.end for r in launches)
+        config = getattr(decision.info, "config", None)
+        est = config.estimate if config is not None else math.nan
+        restricted = bool(config.restricted) if config is not None else False
+        self._squads.append((end - start, est, restricted))
+
+    def _result(self, wall: float, device: float) -> RunResult:
+        results = []
+        for app, load, done in zip(self.apps, self.loads, self._done):
+            window = [r for r in done if r.arrival >= self.warmup]
+            results.append(
+                AppResult(
+                    app=app.name,
+                    quota=app.quota,
+                    load=load.describe(),
+                    iso_latency=app.iso_latency,
+                    solo_latency=float(app.profile.T[-1]),
+                    slo=app.slo,
+                    latencies=np.array([r.latency for r in window]),
+                    queue_times=np.array([r.queue_time for r in window]),
+                    window=self.duration - self.warmup,
+                    submitted=self._submitted[app.index],
+                )
+            )
+        sq = np.array(self._squads) if self._squads else np.zeros((0, 3))
+        return RunResult(
+            policy=self.policy.describe(),
+            gpu=self.backend.gpu.name,
+            duration=self.duration,
+            warmup=self.warmup,
+            apps=results,
+            squad_durations=sq[:, 0],
+            squad_estimates=sq[:, 1],
+            squad_restricted=sq[:, 2].astype(bool),
+            utilisation=self.backend.utilisation(),
+            kernels=self.manager.kernels_launched,
+            wall_seconds=wall,
+            device_seconds=device,
+        )

@@ -1,0 +1,169 @@
+"""Request loads: when each app's requests arrive.
+
+* :class:`ClosedLoop` -- a client sends a request, waits for the answer, waits
+  ``interval`` and sends the next.  The paper's workloads A, B and C are closed
+  loops with an interval of 1/3, 2/3 and 1 times the app's solo latency
+  (T[100%]).
+* :class:`Poisson` -- open loop, exponential inter-arrival times at ``rate``.
+* :class:`Arrivals` -- open loop from a list of times (traces, see
+  :mod:`bless.traces`).
+
+Loads are seeded: the same seed gives the same arrivals.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+WORKLOAD_INTERVALS = {"A": 1 / 3, "B": 2 / 3, "C": 1.0}
+"""Closed-loop interval as a multiple of the solo latency (the paper's workloads A-C)."""
+
+
+class Load(ABC):
+    """Arrival process of one app."""
+
+    closed: bool = False
+
+    @abstractmethod
+    def bind(self, solo_latency: float, rng: np.random.Generator) -> None:
+        """Fix the app's solo latency (for loads given in its units) and the RNG."""
+
+    def initial(self) -> list[float]:
+        """Arrivals known before the run starts (closed loops: the first request)."""
+        return []
+
+    def open_arrivals(self) -> Iterator[float]:
+        """Open loops: increasing arrival times (may be endless)."""
+        return iter(())
+
+    def after_completion(self, end: float) -> float | None:
+        """Closed loops: the next arrival after a request ended at ``end``."""
+        return None
+
+    @abstractmethod
+    def describe(self) -> str: ...
+
+
+@dataclass
+class ClosedLoop(Load):
+    """``clients`` closed-loop clients, each waiting ``interval`` between requests.
+
+    ``interval`` is in seconds, or in multiples of the solo latency when
+    ``relative`` (workloads A/B/C).
+    """
+
+    interval: float
+    relative: bool = True
+    clients: int = 1
+    closed = True
+
+    def __post_init__(self) -> None:
+        if self.interval < 0:
+            raise ValueError(f"load interval must be >= 0, got {self.interval}")
+        if self.clients < 1:
+            raise ValueError(f"load clients must be >= 1, got {self.clients}")
+        self._seconds = self.interval
+        self._rng: np.random.Generator | None = None
+
+    def bind(self, solo_latency: float, rng: np.random.Generator) -> None:
+        self._seconds = self.interval * solo_latency if self.relative else self.interval
+        self._rng = rng
+        self._solo = solo_latency
+
+    def initial(self) -> list[float]:
+        # Stagger the clients' first requests over one solo latency so that
+        # symmetric apps do not start in lockstep.
+        return sorted(float(self._rng.uniform(0.0, self._solo)) for _ in range(self.clients))
+
+    def after_completion(self, end: float) -> float | None:
+        return end + self._seconds
+
+    def describe(self) -> str:
+        unit = "x solo" if self.relative else "s"
+        return f"closed loop, {self.clients} client(s), interval {self.interval:g}{unit}"
+
+
+@dataclass
+class Poisson(Load):
+    """Open-loop Poisson arrivals at ``rate`` requests per second."""
+
+    rate: float
+
+    def __post_init__(self) -> None:
+        if not self.rate > 0:
+            raise ValueError(f"poisson rate must be > 0 requests/s, got {self.rate}")
+
+    def bind(self, solo_latency: float, rng: np.random.Generator) -> None:
+        self._rng = rng
+
+    def open_arrivals(self) -> Iterator[float]:
+        t = 0.0
+        while True:
+            t += float(self._rng.exponential(1.0 / self.rate))
+            yield t
+
+    def describe(self) -> str:
+        return f"poisson {self.rate:g} req/s"
+
+
+@dataclass
+class Arrivals(Load):
+    """Open loop from explicit arrival times (seconds, sorted on bind)."""
+
+    times: tuple[float, ...]
+    label: str = "trace"
+
+    def bind(self, solo_latency: float, rng: np.random.Generator) -> None:
+        if any(t < 0 or math.isnan(t) for t in self.times):
+            raise ValueError(f"{self.label}: arrival times must be >= 0")
+        self._sorted = sorted(self.times)
+
+    def open_arrivals(self) -> Iterator[float]:
+        return iter(self._sorted)
+
+    def describe(self) -> str:
+        return f"{self.label}: {len(self.times)} arrivals"
+
+
+def parse_load(spec: Any, field: str = "load") -> Load:
+    """A load from config: ``"A"``/``"B"``/``"C"``, ``"poisson:RATE"``, or a mapping.
+
+    Mappings: ``{type: closed, interval: 0.5, relative: true, clients: 1}`` or
+    ``{type: poisson, rate: 100}`` or ``{type: trace, ...}`` (see :mod:`bless.traces`).
+    """
+    if isinstance(spec, Load):
+        return spec
+    if isinstance(spec, str):
+        key = spec.strip()
+        if key.upper() in WORKLOAD_INTERVALS:
+            return ClosedLoop(WORKLOAD_INTERVALS[key.upper()])
+        if key.lower().startswith("poisson:"):
+            try:
+                return Poisson(float(key.split(":", 1)[1]))
+            except ValueError:
+                pass
+        raise ValueError(
+            f"{field}: unknown load {spec!r}; use A, B, C (closed loops at 1/3, 2/3, 1 x solo latency), "
+            f"'poisson:RATE', or a mapping with a 'type'"
+        )
+    if isinstance(spec, dict):
+        kind = str(spec.get("type", "")).lower()
+        args = {k: v for k, v in spec.items() if k != "type"}
+        try:
+            if kind == "closed":
+                return ClosedLoop(**args)
+            if kind == "poisson":
+                return Poisson(**args)
+            if kind == "trace":
+                from bless.traces import trace_load
+
+                return trace_load(**args)
+        except TypeError as e:
+            raise ValueError(f"{field}: bad {kind} load parameters: {e}") from None
+        raise ValueError(f"{field}.type: expected closed, poisson or trace, got {spec.get('type')!r}")
+    raise ValueError(f"{field}: expected a workload name or a mapping, got {spec!r}")
