@@ -82,6 +82,7 @@ class Policy(ABC):
 
 POLICIES: Registry[Policy] = Registry("policy")
 POLICIES.register_lazy("bless", "bless.policies.bless:BlessPolicy")
+POLICIES.register_lazy("unbound", "bless.policies.unbound:UnboundPolicy")
 
 
 def create_policy(name: str, **kwargs: Any) -> Policy:

@@ -106,6 +106,25 @@ class RunResult:
     wall_seconds: float = 0.0
     device_seconds: float = 0.0
 
+    @classmethod
+    def merge(cls, parts: list["RunResult"], policy: dict[str, Any], gpu: str) -> "RunResult":
+        """One result from runs of single apps on GPUs of their own (ISO, MIG)."""
+        kernels = sum(p.kernels for p in parts)
+        return cls(
+            policy=policy,
+            gpu=gpu,
+            duration=parts[0].duration,
+            warmup=parts[0].warmup,
+            apps=[a for p in parts for a in p.apps],
+            squad_durations=np.concatenate([p.squad_durations for p in parts]),
+            squad_estimates=np.concatenate([p.squad_estimates for p in parts]),
+            squad_restricted=np.concatenate([p.squad_restricted for p in parts]),
+            utilisation=float(np.nanmean([p.utilisation for p in parts])),
+            kernels=kernels,
+            wall_seconds=sum(p.wall_seconds for p in parts),
+            device_seconds=max(p.device_seconds for p in parts),
+        )
+
     @property
     def latency_deviation(self) -> float:
         """sum_j max(T_sys_j - T_iso_j, 0), the paper's quota-violation measure."""

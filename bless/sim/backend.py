@@ -58,6 +58,8 @@ class SimBackend(Backend):
             seed=seed,
         )
         self._host = 0.0
+        self._cursor: dict[str, float] = {}
+        """Per app: host time its launching thread is busy until."""
         self._completed: list[KernelRun] = []
         self._memory_used = 0
         self._held: dict[int, int] = {}
@@ -118,11 +120,14 @@ class SimBackend(Backend):
     ) -> KernelRun:
         if self.clock == "wall":
             self._catch_up()
-        self._host = max(self._host, self.now()) + self.host.launch
+        # Each app launches from its own host thread: launches of one app
+        # serialise on the launch cost, different apps' launches overlap.
+        issue = max(self._cursor.get(app.name, 0.0), self.now()) + self.host.launch
+        self._cursor[app.name] = issue
         return self.engine.launch(
             stream,
             app.private.kernels[kernel],
-            self._host,
+            issue,
             after=after,
             tag=tag,
             on_done=self._on_notify if notify else None,
@@ -139,7 +144,7 @@ class SimBackend(Backend):
             eng.run()  # returns early at each notify completion
             if (eng.now, eng.stats.kernels_done) == before:
                 raise RuntimeError("simulated GPU deadlock: launched kernels can never start")
-        done = max(self.engine.now, self._host) + self.host.sync
+        done = max(self.engine.now, self._host, *self._cursor.values()) + self.host.sync
         if self.clock == "wall":
             self._sleep_until(done)
         self._host = done

@@ -269,7 +269,6 @@ class Engine:
             if len(started) > 1:
                 started.sort(key=lambda r: (r.issue_time, r.stream.sid))
             for r in started:
-                r.start = now
                 self._seq += 1
                 r.seq = self._seq
                 self.running.append(r)
@@ -282,16 +281,21 @@ class Engine:
         copies = 0
         demand = 0.0
         running = self.running
+        now = self.now
         for r in running:
             k = r.kernel
             if k.is_memcpy:
                 copies += 1
+                if r.start is None:
+                    r.start = now
                 continue
             s = r.cap if r.cap <= free else free
             r.sms = s
             free -= s
             if s:
                 demand += k.dram_seconds / k.solo[s]
+                if r.start is None:
+                    r.start = now  # its first blocks run now
         over = demand - 1.0 if demand > 1.0 else 0.0
         gamma = self.gamma
         for r in running:

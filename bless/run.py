@@ -1,0 +1,80 @@
+"""Execute a :class:`~bless.config.RunConfig`: build the backend, policy and apps, run."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+from bless.backend import create_backend
+from bless.catalog import load_app
+from bless.config import ConfigError, RunConfig, resolve_slo
+from bless.gpu import GpuSpec, get_gpu
+from bless.policy import POLICIES, Policy
+from bless.profile import Profile
+from bless.requests import AppState
+from bless.runtime import RunResult, Runtime
+from bless.workload import parse_load
+
+
+def make_policy(cfg: RunConfig) -> Policy:
+    factory = POLICIES.get(cfg.policy)
+    accepted = set(inspect.signature(factory).parameters)
+    for key in cfg.policy_params:
+        if key not in accepted:
+            raise ConfigError(
+                f"policy.{key}: policy {cfg.policy!r} has no parameter {key!r}; "
+                f"it takes: {', '.join(sorted(accepted)) or 'none'}"
+            )
+    params = dict(cfg.policy_params)
+    if "mechanism" in accepted:
+        params.setdefault("mechanism", cfg.mechanism)
+    return factory(**params)
+
+
+def make_backend(cfg: RunConfig, gpu: GpuSpec, seed_offset: int = 0):
+    if cfg.backend == "sim":
+        return create_backend(
+            "sim", gpu=gpu, clock="virtual", noise_sigma=cfg.noise, seed=cfg.seed + seed_offset, mechanism=cfg.mechanism
+        )
+    return create_backend(cfg.backend, gpu=gpu.name, mechanism=cfg.mechanism)
+
+
+def app_states(cfg: RunConfig, profiles: list[Profile]) -> list[AppState]:
+    """One AppState per configured app; repeated apps get ``#2``, ``#3`` suffixes."""
+    states = []
+    seen: dict[str, int] = {}
+    for i, (spec, profile) in enumerate(zip(cfg.apps, profiles)):
+        seen[profile.app] = seen.get(profile.app, 0) + 1
+        name = profile.app if seen[profile.app] == 1 else f"{profile.app}#{seen[profile.app]}"
+        state = AppState(i, name, profile, spec.quota)
+        state.slo = resolve_slo(spec.slo, state.iso_latency, f"apps[{i}].slo")
+        states.append(state)
+    return states
+
+
+def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None) -> RunResult:
+    """Run one configured co-location and return what it measured."""
+    gpu = get_gpu(cfg.gpu)
+    policy = make_policy(cfg)
+    profiles = [load_app(a.app, gpu.name) for a in cfg.apps]
+    apps = app_states(cfg, profiles)
+    loads = [parse_load(a.load, f"apps[{i}].load") for i, a in enumerate(cfg.apps)]
+    if not policy.isolated:
+        runtime = Runtime(
+            make_backend(cfg, gpu), policy, apps, loads,
+            duration=cfg.duration, warmup=cfg.warmup, seed=cfg.seed, progress=progress,
+        )
+        return runtime.run()
+    # Isolated policies (ISO, MIG): every app on a GPU (slice) of its own.
+    parts = []
+    for i, (app, load) in enumerate(zip(apps, loads)):
+        own_gpu = policy.app_gpu(app, gpu)
+        alone = AppState(0, app.name, app.profile, app.quota, slo=app.slo)
+        runtime = Runtime(
+            make_backend(cfg, own_gpu, seed_offset=i), make_policy(cfg), [alone], [load],
+            duration=cfg.duration, warmup=cfg.warmup, seed=cfg.seed + i,
+        )
+        parts.append(runtime.run())
+        if progress is not None:
+            progress((i + 1) / len(apps))
+    return RunResult.merge(parts, policy.describe(), gpu.name)

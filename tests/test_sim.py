@@ -1,0 +1,150 @@
+"""The simulated GPU: solo timing, SM sharing, DRAM interference, host costs, clocks."""
+
+import time
+
+import numpy as np
+import pytest
+
+from bless.backend import HostCosts
+from bless.profiler import profile_app
+from bless.sim.backend import SimBackend
+from bless.synthetic import synthetic_profile
+
+NO_HOST = HostCosts(launch=0.0, sync=0.0, context_switch=0.0, event=0.0)
+
+
+def run_alone(profile, sm_limit=None, **kw):
+    b = SimBackend("a100", **kw)
+    h = b.deploy(profile)
+    s = b.create_stream(b.create_context(h, sm_limit))
+    runs = [b.launch(s, h, i) for i in range(profile.n_kernels)]
+    b.synchronize()
+    return b, runs
+
+
+def test_profiler_recovers_ground_truth_at_every_level(app_a):
+    prof, report = profile_app(SimBackend("a100"), app_a)
+    np.testing.assert_allclose(prof.t, app_a.t, rtol=1e-9)
+    assert prof.provenance.method == "simulated"
+    assert report.kernel_runs == 18 * 4 * app_a.n_kernels
+    # T is the lone request end to end: kernels back to back plus one launch.
+    np.testing.assert_allclose(prof.T, app_a.t.sum(axis=1) + 3e-6, rtol=1e-9)
+
+
+def test_restricted_context_runs_at_its_level(app_a):
+    _, runs = run_alone(app_a, sm_limit=54, host=NO_HOST)
+    np.testing.assert_allclose([r.duration for r in runs], app_a.t[8], rtol=1e-9)
+
+
+def test_restricted_contexts_run_side_by_side_without_sm_contention():
+    a = synthetic_profile("a", n_kernels=30, dram_util=0.0, seed=5)
+    b = synthetic_profile("b", n_kernels=30, dram_util=0.0, seed=6)
+    be = SimBackend("a100", host=NO_HOST)
+    ha, hb = be.deploy(a), be.deploy(b)
+    sa = be.create_stream(be.create_context(ha, 54))
+    sb = be.create_stream(be.create_context(hb, 54))
+    ra = [be.launch(sa, ha, i) for i in range(30)]
+    rb = [be.launch(sb, hb, i) for i in range(30)]
+    be.synchronize()
+    # No DRAM traffic and disjoint SM budgets: each runs exactly as alone at 54 SMs.
+    assert ra[-1].end == pytest.approx(a.t[8].sum())
+    assert rb[-1].end == pytest.approx(b.t[8].sum())
+
+
+def _one_kernel_app(name: str, share: float) -> "Profile":
+    """One compute kernel keeping ``share`` of the SMs busy, 100 us at full GPU, no DRAM."""
+    import dataclasses
+
+    p = synthetic_profile(name, n_kernels=1, dram_util=0.0, seed=7)
+    kernel = dataclasses.replace(p.kernels[0], max_sm_share=share)
+    t = np.full_like(p.t, 100e-6)
+    return dataclasses.replace(p, kernels=(kernel,), t=t, T=t.sum(axis=1))
+
+
+def test_unrestricted_kernels_take_free_sms_in_launch_order():
+    be = SimBackend("a100", host=NO_HOST)
+    wide, narrow, other = _one_kernel_app("wide", 1.0), _one_kernel_app("narrow", 0.5), _one_kernel_app("o", 0.5)
+    hw, hn, ho = be.deploy(wide), be.deploy(narrow), be.deploy(other)
+    sw, sn, so = (be.create_stream(be.create_context(h, None)) for h in (hw, hn, ho))
+    first = be.launch(sw, hw, 0)
+    blocked = be.launch(sn, hn, 0)
+    be.synchronize()
+    # The first kernel holds every SM; the second gets SMs only when it ends.
+    assert blocked.start == pytest.approx(first.end)
+    a = be.launch(sn, hn, 0)
+    b = be.launch(so, ho, 0)
+    be.synchronize()
+    # Two half-GPU kernels fit side by side.
+    assert a.start == pytest.approx(b.start) and a.end == pytest.approx(b.end)
+
+
+@pytest.mark.parametrize("ctx", [None, 54])
+def test_corunning_apps_slow_each_other_more_when_memory_intensive(ctx):
+    slowdowns = []
+    for util in (0.05, 0.4, 0.8):
+        a = synthetic_profile("a", n_kernels=40, dram_util=util, seed=8)
+        b = synthetic_profile("b", n_kernels=40, dram_util=util, seed=9)
+        be = SimBackend("a100", host=NO_HOST)
+        ha, hb = be.deploy(a), be.deploy(b)
+        sa = be.create_stream(be.create_context(ha, ctx))
+        sb = be.create_stream(be.create_context(hb, ctx))
+        ra = [be.launch(sa, ha, i) for i in range(40)]
+        rb = [be.launch(sb, hb, i) for i in range(40)]
+        be.synchronize()
+        level = 17 if ctx is None else 8
+        slowdowns.append((ra[-1].end / a.t[level].sum() + rb[-1].end / b.t[level].sum()) / 2)
+    assert all(s > 1.0 for s in slowdowns), slowdowns
+    assert slowdowns[0] < slowdowns[1] < slowdowns[2], slowdowns
+
+
+def test_host_costs_launch_sync_and_context_switch(app_a):
+    be = SimBackend("a100")
+    h = be.deploy(app_a)
+    restricted = be.create_stream(be.create_context(h, 54))
+    free = be.create_stream(be.create_context(h, None))
+    k0 = be.launch(restricted, h, 0)
+    assert k0.issue_time == pytest.approx(3e-6)
+    k1 = be.launch(free, h, 1, after=k0)
+    be.synchronize()
+    assert k1.start == pytest.approx(k0.end + 50e-6)
+    assert be.now() == pytest.approx(k1.end + 20e-6)
+
+
+def test_noise_is_seeded_and_off_by_default(app_a):
+    _, quiet = run_alone(app_a)
+    np.testing.assert_allclose([r.duration for r in quiet], app_a.t[-1], rtol=1e-9)
+    _, n1 = run_alone(app_a, noise_sigma=0.05, seed=1)
+    _, n2 = run_alone(app_a, noise_sigma=0.05, seed=1)
+    _, n3 = run_alone(app_a, noise_sigma=0.05, seed=2)
+    assert [r.duration for r in n1] == [r.duration for r in n2]
+    assert [r.duration for r in n1] != [r.duration for r in n3]
+
+
+def test_memory_is_accounted_and_exhaustion_is_an_error():
+    from bless.backend import BackendError
+
+    big = synthetic_profile("big", n_kernels=2, memory_bytes=30 * 2**30)
+    be = SimBackend("a100")
+    h = be.deploy(big)
+    with pytest.raises(BackendError, match="out of GPU memory"):
+        be.deploy(big)
+    be.undeploy(h)
+    assert be.memory_used == 0
+    be.deploy(big)
+
+
+def test_wall_clock_mode_finishes_kernels_in_real_time():
+    app = synthetic_profile("w", n_kernels=20, mean_us=1000.0, seed=10)
+    be = SimBackend("a100", clock="wall")
+    h = be.deploy(app)
+    s = be.create_stream(be.create_context(h, None))
+    t0 = time.monotonic()
+    runs = [be.launch(s, h, i, notify=(i == 19)) for i in range(20)]
+    done = []
+    while not done:
+        done = be.wait(be.now() + 1.0)
+    wall = time.monotonic() - t0
+    sim = runs[-1].end - runs[0].issue_time
+    assert done == [runs[-1]]
+    assert sim == pytest.approx(app.t[-1].sum(), rel=0.05)
+    assert wall >= sim * 0.95
