@@ -86,11 +86,15 @@ class AppTables:
 class Determiner:
     """Chooses a :class:`SquadConfig` for each squad."""
 
-    def __init__(self, gpu: GpuSpec, mode: str = "auto") -> None:
+    def __init__(self, gpu: GpuSpec, mode: str = "auto", max_partitions: int = N_LEVELS - 1) -> None:
         if mode not in MODES:
             raise ValueError(f"determiner mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if not 1 <= max_partitions <= N_LEVELS:
+            raise ValueError(f"max_partitions must be in 1..{N_LEVELS}, got {max_partitions}")
         self.gpu = gpu
         self.mode = mode
+        self.max_partitions = max_partitions
+        """Most partitions one request may get in a split (the restricted contexts that exist)."""
         self._tables: dict[int, AppTables] = {}
 
     def tables(self, profile: Profile) -> AppTables:
@@ -116,7 +120,7 @@ class Determiner:
     def best_split(self, squad: Squad) -> tuple[tuple[int, ...], float]:
         """The split of the 18 partitions with the lowest interference-free estimate."""
         sums = self.level_sums(squad)
-        parts = _greedy_split(sums, N_LEVELS)
+        parts = _greedy_split(sums, N_LEVELS, self.max_partitions)
         return tuple(int(p) for p in parts), float(max(sums[j, p - 1] for j, p in enumerate(parts)))
 
     def estimate_nsp(self, squad: Squad) -> float:
@@ -167,15 +171,21 @@ def all_splits(k: int, n: int = N_LEVELS) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _greedy_split(sums: np.ndarray, n: int) -> np.ndarray:
-    """Give partitions one by one to the current bottleneck (see module docstring)."""
+def _greedy_split(sums: np.ndarray, n: int, cap: int) -> np.ndarray:
+    """Give partitions one by one to the current bottleneck (see module docstring).
+
+    A request never gets more than ``cap`` partitions; partitions nobody can
+    take stay unassigned (Semi-SP hands them out through the unrestricted part).
+    """
     k = sums.shape[0]
     parts = np.ones(k, dtype=np.int64)
     for _ in range(n - k):
-        worst = 0
-        for j in range(1, k):
-            if sums[j, parts[j] - 1] > sums[worst, parts[worst] - 1]:
+        worst = -1
+        for j in range(k):
+            if parts[j] < cap and (worst < 0 or sums[j, parts[j] - 1] > sums[worst, parts[worst] - 1]):
                 worst = j
+        if worst < 0:
+            break
         parts[worst] += 1
     return parts
 

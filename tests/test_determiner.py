@@ -29,9 +29,16 @@ def test_greedy_split_is_optimal_over_the_whole_space(k, seed):
     steps = rng.choice([0.0, 0.0, 1.0, 3.0], size=(k, 18)) * rng.uniform(0.5, 2, size=(k, 1))
     sums = 100.0 - np.cumsum(steps, axis=1)
     best = min(max(sums[j, n - 1] for j, n in enumerate(split)) for split in all_splits(k))
-    parts = _greedy_split(sums, 18)
+    parts = _greedy_split(sums, 18, 17)
     assert parts.sum() == 18 and parts.min() >= 1
     assert max(sums[j, p - 1] for j, p in enumerate(parts)) == pytest.approx(best)
+    # With a cap on partitions per request, optimal over the capped space.
+    capped = [s for s in all_splits(k) if s.max() <= 8] if k >= 3 else []
+    if capped:
+        best_capped = min(max(sums[j, n - 1] for j, n in enumerate(split)) for split in capped)
+        parts = _greedy_split(sums, 18, 8)
+        assert parts.max() <= 8
+        assert max(sums[j, p - 1] for j, p in enumerate(parts)) == pytest.approx(best_capped)
 
 
 def squad_of(*profiles, counts=None):

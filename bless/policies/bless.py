@@ -12,6 +12,30 @@ from bless.requests import AppState
 from bless.scheduler import Squad, build_squad
 
 
+MEMORY_HEADROOM = 0.95
+"""Share of device memory BLESS plans to use for apps and their contexts."""
+
+
+def max_restricted_level(apps: list[AppState], gpu: GpuSpec, mechanism: str = "mps") -> int:
+    """The highest level for which every app can hold a restricted context.
+
+    Every app needs its own memory plus one context per restricted level and an
+    unrestricted one; level 18 is the whole GPU, served by the unrestricted
+    context.  On MPS (hundreds of MiB per context) many apps cap the level;
+    green contexts cost almost nothing.
+    """
+    per_ctx = gpu.green_context_memory_bytes if mechanism == "green" else gpu.context_memory_bytes
+    budget = gpu.memory_bytes * MEMORY_HEADROOM - sum(a.profile.memory_bytes for a in apps)
+    level = int(budget // (per_ctx * max(len(apps), 1))) - 1
+    if level < 1:
+        need = sum(a.profile.memory_bytes for a in apps) + 2 * per_ctx * len(apps)
+        raise ValueError(
+            f"not enough GPU memory for {len(apps)} apps with one restricted and one unrestricted context each: "
+            f"need {need / 2**30:.1f} GiB of {gpu.memory_bytes * MEMORY_HEADROOM / 2**30:.1f} GiB usable"
+        )
+    return min(level, N_LEVELS - 1)
+
+
 @dataclass(frozen=True)
 class SquadRecord:
     """What the runtime records per squad (for squad-duration statistics)."""
@@ -43,23 +67,19 @@ class BlessPolicy(Policy):
         self.pacing = pacing
         self.mechanism = mechanism
         self.determiner: Determiner | None = None
-        self.max_apps = 1
+        self.max_level = N_LEVELS - 1
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
         self.gpu = gpu
-        self.determiner = Determiner(gpu, self.determiner_mode)
-        self.max_apps = max(self.max_apps, len(apps))
+        self.max_level = max_restricted_level(apps, gpu, self.mechanism)
+        self.determiner = Determiner(gpu, self.determiner_mode, self.max_level)
         for app in apps:
             self.determiner.tables(app.profile)
 
     def context_limits(self, app: AppState, gpu: GpuSpec) -> list[int | None]:
-        """Restricted contexts for every level a split can give a request.
-
-        With K apps a request gets at most ``18 - (K - 1)`` partitions, so the
-        contexts above that level are never used and not created.
-        """
-        top = N_LEVELS - (self.max_apps - 1)
-        return [None, *dict.fromkeys(gpu.sms_for_level(n, self.mechanism) for n in range(1, top + 1))]
+        """The unrestricted context plus one restricted context per level 1..max_level."""
+        levels = range(1, self.max_level + 1)
+        return [None, *dict.fromkeys(gpu.sms_for_level(n, self.mechanism) for n in levels)]
 
     def step(self, now: float, apps: list[AppState]) -> Decision | None:
         active = [r for a in apps if (r := a.activate()) is not None]
