@@ -72,11 +72,16 @@ class AppState:
     """T[quota]: the isolated latency the quota promises."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.quota <= 1:
-            raise ValueError(f"quota of app {self.name!r} must be in (0, 1], got {self.quota}")
         if self.slo is not None and self.slo <= 0:
             raise ValueError(f"slo of app {self.name!r} must be a positive number of seconds, got {self.slo}")
-        n = self.quota * self.profile.level_sms[-1]
+        self.set_quota(self.quota)
+
+    def set_quota(self, quota: float) -> None:
+        """Change the quota; the isolated schedule the scheduler paces against follows."""
+        if not 0 < quota <= 1:
+            raise ValueError(f"quota of app {self.name!r} must be in (0, 1], got {quota}")
+        self.quota = quota
+        n = quota * self.profile.level_sms[-1]
         t = self.profile.t_at_sms(n)
         self.prefix = np.concatenate(([0.0], np.cumsum(t)))
         self.iso_latency = self.profile.latency_at_sms(n)

@@ -149,6 +149,95 @@ class RunResult:
         }
 
 
+class Executor:
+    """The step shared by every driver of a policy (trace replay, the server).
+
+    One :meth:`step` asks the policy for a decision, launches it through the
+    kernel manager, then synchronises (a squad) or waits for the next
+    completion until ``deadline``, and returns the requests that finished.
+    """
+
+    def __init__(self, backend: Backend, policy: Policy, apps: list[AppState]) -> None:
+        self.backend = backend
+        self.policy = policy
+        self.apps = apps
+        self.manager = KernelManager(backend)
+        policy.setup(apps, backend.gpu)
+        for app in apps:
+            self.manager.deploy(app, policy.context_limits(app, backend.gpu))
+        self.squads: list[tuple[float, float, bool]] = []
+        """Per squad: device duration, the determiner's estimate, restricted or not."""
+        self.launched: set[Request] = set()
+        """Requests with kernels on the GPU that have not completed."""
+
+    def close(self) -> None:
+        for app in self.apps:
+            self.manager.undeploy(app)
+
+    def add_app(self, app: AppState) -> None:
+        """Deploy one more app while running (the server's RegisterApp)."""
+        if any(a.index == app.index for a in self.apps):
+            raise ValueError(f"app index {app.index} is already in use")
+        apps = [*self.apps, app]
+        self.policy.setup(apps, self.backend.gpu)
+        self.manager.deploy(app, self.policy.context_limits(app, self.backend.gpu))
+        self.apps.append(app)
+
+    def remove_app(self, app: AppState) -> list[Request]:
+        """Undeploy an app whose kernels have all finished; returns its queued requests.
+
+        The caller decides what happens to them (the server fails them).
+        """
+        if any(r.app is app for r in self.launched):
+            raise RuntimeError(f"app {app.name!r} still has kernels on the GPU; wait for them first")
+        queued = list(app.queue)
+        app.queue.clear()
+        app.active = None
+        self.apps.remove(app)
+        self.manager.undeploy(app)
+        self.policy.setup(self.apps, self.backend.gpu)
+        return queued
+
+    def step(self, deadline: float) -> tuple[list[Request], bool]:
+        """One decision; returns (finished requests, whether anything was launched)."""
+        backend = self.backend
+        decision = self.policy.step(backend.now(), self.apps)
+        launched = decision is not None and bool(decision.plans)
+        if launched:
+            launches = self.manager.execute(decision)
+            self.launched.update(p.request for p in decision.plans)
+            if decision.sync:
+                backend.synchronize()
+                self._record_squad(decision, launches)
+                finished = backend.wait(backend.now())
+            else:
+                finished = backend.wait(min(deadline, decision.wake_at))
+        else:
+            wake = decision.wake_at if decision is not None else math.inf
+            finished = backend.wait(min(deadline, wake)) if (self.launched or wake < math.inf or deadline < math.inf) else []
+        done = []
+        for run in finished:
+            req = run.tag
+            if req.done:
+                continue
+            req.end = run.end
+            self.launched.discard(req)
+            if req.app.active is req:
+                req.app.active = None
+            self.policy.on_complete(req, run.end)
+            done.append(req)
+        return done, launched
+
+    def _record_squad(self, decision, launches: list) -> None:
+        """Squad duration on the device: first kernel start to last kernel end."""
+        start = min(r.start for r in launches)
+        end = max(r.end for r in launches)
+        config = getattr(decision.info, "config", None)
+        est = config.estimate if config is not None else math.nan
+        restricted = bool(config.restricted) if config is not None else False
+        self.squads.append((end - start, est, restricted))
+
+
 class Runtime:
     """Runs ``apps`` under ``policy`` on ``backend`` for ``duration`` seconds of arrivals."""
 
@@ -175,22 +264,16 @@ class Runtime:
         self.duration = duration
         self.warmup = warmup
         self.progress = progress
-        self.manager = KernelManager(backend)
         rng = np.random.default_rng(seed)
         for app, load in zip(apps, loads):
             load.bind(app.profile.T[-1], np.random.default_rng(rng.integers(2**63)))
-        policy.setup(apps, backend.gpu)
-        for app in apps:
-            self.manager.deploy(app, policy.context_limits(app, backend.gpu))
+        self.executor = Executor(backend, policy, apps)
         self._arrivals: list[tuple[float, int, int]] = []
         self._open: list[Iterator[float]] = []
         self._rid = 0
         self._in_flight = 0
         self._done: list[list[Request]] = [[] for _ in apps]
         self._submitted = [0] * len(apps)
-        self._squads: list[tuple[float, float, bool]] = []
-        self._launched: set[Request] = set()
-        """Requests with kernels on the GPU that have not completed."""
 
     # ------------------------------------------------------------ arrivals
     def _push(self, t: float, app: int) -> None:
@@ -231,58 +314,27 @@ class Runtime:
         while self._arrivals or self._in_flight:
             now = backend.now()
             self._admit(now)
-            decision = self.policy.step(now, self.apps)
             next_arrival = self._arrivals[0][0] if self._arrivals else math.inf
-            if decision is not None and decision.plans:
-                launches = self.manager.execute(decision)
-                self._launched.update(p.request for p in decision.plans)
-                if decision.sync:
-                    backend.synchronize()
-                    self._record_squad(decision, launches)
-                    finished = backend.wait(backend.now())
-                else:
-                    finished = backend.wait(min(next_arrival, decision.wake_at))
-            else:
-                wake = decision.wake_at if decision is not None else math.inf
-                deadline = min(next_arrival, wake)
-                if deadline == math.inf and not self._launched:
-                    raise RuntimeError(
-                        f"policy {self.policy.name!r} left {self._in_flight} request(s) unscheduled with "
-                        f"nothing running and no wake-up time"
-                    )
-                finished = backend.wait(deadline)
-            for run in finished:
-                self._complete(run.tag, run.end)
+            finished, launched = self.executor.step(next_arrival)
+            if not launched and not finished and next_arrival == math.inf and not self.executor.launched:
+                raise RuntimeError(
+                    f"policy {self.policy.name!r} left {self._in_flight} request(s) unscheduled with "
+                    f"nothing running and no wake-up time"
+                )
+            for req in finished:
+                self._complete(req)
             if self.progress is not None and now - last_report > 0.05 * self.duration:
                 last_report = now
                 self.progress(min(now / self.duration, 1.0))
-        for app in self.apps:
-            self.manager.undeploy(app)
+        self.executor.close()
         return self._result(time.perf_counter() - wall0, backend.now() - dev0)
 
-    def _complete(self, req: Request, end: float) -> None:
-        if req.done:
-            return
-        req.end = end
-        self._launched.discard(req)
-        app = req.app
-        if app.active is req:
-            app.active = None
+    def _complete(self, req: Request) -> None:
         self._in_flight -= 1
-        self._done[app.index].append(req)
-        self.policy.on_complete(req, end)
-        nxt = self.loads[app.index].after_completion(end)
+        self._done[req.app.index].append(req)
+        nxt = self.loads[req.app.index].after_completion(req.end)
         if nxt is not None:
-            self._push(nxt, app.index)
-
-    def _record_squad(self, decision, launches: list) -> None:
-        """Squad duration on the device: first kernel start to last kernel end."""
-        start = min(r.start for r in launches)
-        end = max(r.end for r in launches)
-        config = getattr(decision.info, "config", None)
-        est = config.estimate if config is not None else math.nan
-        restricted = bool(config.restricted) if config is not None else False
-        self._squads.append((end - start, est, restricted))
+            self._push(nxt, req.app.index)
 
     def _result(self, wall: float, device: float) -> RunResult:
         results = []
@@ -302,7 +354,8 @@ class Runtime:
                     submitted=self._submitted[app.index],
                 )
             )
-        sq = np.array(self._squads) if self._squads else np.zeros((0, 3))
+        squads = self.executor.squads
+        sq = np.array(squads) if squads else np.zeros((0, 3))
         return RunResult(
             policy=self.policy.describe(),
             gpu=self.backend.gpu.name,
@@ -313,7 +366,7 @@ class Runtime:
             squad_estimates=sq[:, 1],
             squad_restricted=sq[:, 2].astype(bool),
             utilisation=self.backend.utilisation(),
-            kernels=self.manager.kernels_launched,
+            kernels=self.executor.manager.kernels_launched,
             wall_seconds=wall,
             device_seconds=device,
         )

@@ -70,8 +70,10 @@ class BlessPolicy(Policy):
         self.max_level = N_LEVELS - 1
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
+        # Contexts already created stay; the level cap only ever goes down so
+        # that every deployed app has a context for every level in use.
+        self.max_level = min(self.max_level, max_restricted_level(apps, gpu, self.mechanism))
         self.gpu = gpu
-        self.max_level = max_restricted_level(apps, gpu, self.mechanism)
         self.determiner = Determiner(gpu, self.determiner_mode, self.max_level)
         for app in apps:
             self.determiner.tables(app.profile)
