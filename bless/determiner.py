@@ -86,7 +86,15 @@ class AppTables:
 class Determiner:
     """Chooses a :class:`SquadConfig` for each squad."""
 
-    def __init__(self, gpu: GpuSpec, mode: str = "auto", max_partitions: int = N_LEVELS - 1) -> None:
+    def __init__(
+        self,
+        gpu: GpuSpec,
+        mode: str = "auto",
+        max_partitions: int = N_LEVELS - 1,
+        switch_cost: float = 0.0,
+        split_ratio: float = 0.5,
+        mechanism: str = "mps",
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"determiner mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not 1 <= max_partitions <= N_LEVELS:
@@ -95,6 +103,10 @@ class Determiner:
         self.mode = mode
         self.max_partitions = max_partitions
         """Most partitions one request may get in a split (the restricted contexts that exist)."""
+        self.switch_cost = switch_cost
+        """Idle time a request pays when its next kernel goes to another context."""
+        self.split_ratio = split_ratio
+        self.mechanism = mechanism
         self._tables: dict[int, AppTables] = {}
 
     def tables(self, profile: Profile) -> AppTables:
@@ -143,13 +155,28 @@ class Determiner:
         return copies + _nsp_walk(dense, np.concatenate(shares), np.array(offsets, dtype=np.int64), self.gpu.sm_count)
 
     # ------------------------------------------------------------ decision
-    def decide(self, squad: Squad) -> SquadConfig:
-        """Price NSP and the best strict split; keep the faster (per ``mode``)."""
+    def decide(self, squad: Squad, prev_limits: list[int | None] | None = None) -> SquadConfig:
+        """Price NSP and the best strict split; keep the faster (per ``mode``).
+
+        ``prev_limits`` (the SM limit of each entry's previous kernel, None =
+        unrestricted) lets the comparison include the context switches each
+        configuration costs on top of its kernels: the estimators price the
+        kernels, a switch leaves the requests idle for ``switch_cost``.
+        """
         if len(squad.entries) <= 1:
             est = self.estimate_nsp(squad) if squad.entries else 0.0
             return SquadConfig(False, (), est, est, est)
-        nsp = self.estimate_nsp(squad) if self.mode != "sp" else math.inf
-        parts, sp = self.best_split(squad) if self.mode != "nsp" else ((), math.inf)
+        prev = prev_limits or [None] * len(squad.entries)
+        nsp = sp = math.inf
+        parts: tuple[int, ...] = ()
+        if self.mode != "sp":
+            nsp = self.estimate_nsp(squad) + self.switch_cost * any(p is not None for p in prev)
+        if self.mode != "nsp":
+            parts, sp = self.best_split(squad)
+            limits = [self.gpu.sms_for_level(n, self.mechanism) for n in parts]
+            switches = any(p != lim for p, lim in zip(prev, limits))
+            switches += any(0 < int(self.split_ratio * e.count + 0.5) < e.count for e in squad.entries)
+            sp += self.switch_cost * switches
         if sp < nsp:
             return SquadConfig(True, parts, sp, nsp, sp)
         return SquadConfig(False, (), nsp, nsp, sp)

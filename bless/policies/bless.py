@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bless.backend import HostCosts
 from bless.determiner import Determiner, SquadConfig
 from bless.gpu import N_LEVELS, GpuSpec
 from bless.policy import Decision, LaunchPlan, Policy
@@ -56,6 +57,7 @@ class BlessPolicy(Policy):
         determiner: str = "auto",
         pacing: bool = True,
         mechanism: str = "mps",
+        switch_cost: float = HostCosts().context_switch,
     ) -> None:
         if squad_size < 1:
             raise ValueError(f"squad_size must be >= 1, got {squad_size}")
@@ -66,6 +68,10 @@ class BlessPolicy(Policy):
         self.determiner_mode = determiner
         self.pacing = pacing
         self.mechanism = mechanism
+        self.switch_cost = switch_cost
+        """Context-switch idle time the determiner weighs against a split's gain."""
+        self._last_limit: dict[int, int | None] = {}
+        """Per request id: SM limit of its latest launched kernel."""
         self.determiner: Determiner | None = None
         self.max_level = N_LEVELS - 1
 
@@ -74,7 +80,9 @@ class BlessPolicy(Policy):
         # that every deployed app has a context for every level in use.
         self.max_level = min(self.max_level, max_restricted_level(apps, gpu, self.mechanism))
         self.gpu = gpu
-        self.determiner = Determiner(gpu, self.determiner_mode, self.max_level)
+        self.determiner = Determiner(
+            gpu, self.determiner_mode, self.max_level, self.switch_cost, self.split_ratio, self.mechanism
+        )
         for app in apps:
             self.determiner.tables(app.profile)
 
@@ -89,12 +97,20 @@ class BlessPolicy(Policy):
             return None
         active.sort(key=lambda r: (r.arrival, r.rid))
         squad = build_squad(active, now, self.squad_size, self.pacing)
-        config = self.determiner.decide(squad)
+        prev = [self._last_limit.get(e.request.rid) for e in squad.entries]
+        config = self.determiner.decide(squad, prev)
         record = SquadRecord(squad, config)
         if not config.restricted:
             plans = tuple(LaunchPlan(e.request, e.start, e.count) for e in squad.entries)
-            return Decision(plans, squad.order, sync=True, info=record)
-        return self._semi_sp(squad, config, record)
+            decision = Decision(plans, squad.order, sync=True, info=record)
+        else:
+            decision = self._semi_sp(squad, config, record)
+        for p in decision.plans:
+            self._last_limit[p.request.rid] = p.sm_limit
+        return decision
+
+    def on_complete(self, request, now: float) -> None:
+        self._last_limit.pop(request.rid, None)
 
     def _semi_sp(self, squad: Squad, config: SquadConfig, record: SquadRecord) -> Decision:
         """The first ``split_ratio`` of each request's squad kernels restricted, the rest not."""
