@@ -30,9 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from bless.backend import BackendError  # no GPU, no driver, out of memory: a message, not a traceback
+
     try:
         return int(args.func(args) or 0)
-    except (UserError, ValueError, FileNotFoundError) as e:
+    except (UserError, ValueError, FileNotFoundError, BackendError) as e:
         print(f"bless {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

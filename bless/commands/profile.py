@@ -11,7 +11,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("apps", nargs="+", metavar="APP", help="app name (see `bless apps list`) or a profile .json")
     p.add_argument("--gpu", default="a100", help="GPU model (default a100)")
     p.add_argument("--backend", default="sim", help="backend to profile on: sim (default) or cuda")
-    p.add_argument("--mechanism", default="mps", choices=("mps", "green"), help="SM restriction mechanism")
+    p.add_argument(
+        "--mechanism", default=None, choices=("mps", "green"),
+        help="SM restriction mechanism (default: the backend's; mps on sim, green contexts on cuda when the driver has them)",
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed runs per level (median kept)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs per level")
     p.add_argument("--out", type=Path, default=Path("results/profiles"), help="output directory (GPU subfolder added)")
@@ -26,11 +29,13 @@ def run(args: argparse.Namespace) -> int:
     from bless.profiler import profile_app
 
     console = Console()
-    backend = create_backend(args.backend, gpu=args.gpu, mechanism=args.mechanism)
+    chosen = {} if args.mechanism is None else {"mechanism": args.mechanism}
+    backend = create_backend(args.backend, gpu=args.gpu, **chosen)
+    mechanism = backend.mechanism
     for name in args.apps:
         app = load_app(name, args.gpu)
         profile, report = profile_app(
-            backend, app, repeats=args.repeats, warmup=args.warmup, mechanism=args.mechanism
+            backend, app, repeats=args.repeats, warmup=args.warmup, mechanism=mechanism
         )
         path = profile.save(args.out / profile.gpu / f"{profile.app}.json")
         console.print(

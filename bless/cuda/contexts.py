@@ -1,0 +1,246 @@
+"""SM-restricted contexts: green contexts or MPS execution affinity, behind one pool interface.
+
+A pool hands out one :class:`ExecContext` per distinct SM set and caches it:
+contexts are shared by every app of the process (an app's memory lives in a
+VMM arena every context can reach, see :mod:`bless.cuda.memory`), so N apps
+at 18 levels cost at most 18 contexts, not 18 N.  ``sm_limit`` None (or the
+whole GPU) is the primary context.
+
+* **Green contexts** (driver 12.4+, no daemon).  The device's SMs are split
+  once with ``cuDevSmResourceSplitByCount`` into groups of the architecture's
+  minimum (8 SMs on Hopper, 2 on Ampere); a level is the union of the
+  groups nearest its SM count, taken from the low end of the group list for
+  even app slots and from the high end for odd ones, so the two apps of a
+  split get disjoint SMs whenever their counts fit the GPU.  With three or
+  more apps restricted at once, green contexts (like MPS) bound each app's
+  SM count but two apps may share SMs.
+* **MPS** (needs the MPS control daemon, see :mod:`bless.cuda.mps`).  One
+  ``cuCtxCreate`` context per SM count with a ``CU_EXEC_AFFINITY_TYPE_SM_COUNT``
+  affinity; the driver rounds the count up, so the granted count is read
+  back with ``cuCtxGetExecAffinity``.
+
+Either way :attr:`ExecContext.sm_count` is what the hardware granted.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from bless.backend import BackendError
+from bless.cuda.device import Device
+from bless.cuda.driver import GREEN_CONTEXT_DRIVER, GREEN_STREAM_DRIVER, format_version
+
+MECHANISMS = ("auto", "green", "mps")
+
+
+@dataclass(eq=False)
+class ExecContext:
+    """A CUDA context and the SMs it may use."""
+
+    handle: Any
+    """The CUcontext (for a green context: the CUcontext made from it)."""
+    sm_count: int
+    """SMs granted by the hardware."""
+    mechanism: str
+    """primary, green or mps."""
+    label: str
+    green: Any = None
+    """The CUgreenCtx of a green context."""
+    groups: tuple[int, ...] = ()
+    """Indices of the SM groups a green context is made of."""
+
+    @property
+    def restricted(self) -> bool:
+        return self.mechanism != "primary"
+
+
+def choose_mechanism(requested: str, driver_version: int, has_green_api: bool) -> str:
+    """green or mps: ``auto`` takes green contexts when the driver has them, else MPS."""
+    if requested not in MECHANISMS:
+        raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {requested!r}")
+    green_ok = driver_version >= GREEN_CONTEXT_DRIVER and has_green_api
+    if requested == "auto":
+        return "green" if green_ok else "mps"
+    if requested == "green" and not green_ok:
+        raise BackendError(
+            f"green contexts need a CUDA 12.4+ driver and bindings that have them; this driver is "
+            f"CUDA {format_version(driver_version)}: use mechanism mps (start the daemon with `bless mps start`)"
+        )
+    return requested
+
+
+def select_groups(sizes: list[int], sm_limit: int, from_high: bool) -> tuple[int, ...]:
+    """Indices of the SM groups whose union is nearest ``sm_limit`` SMs (ties round up).
+
+    Groups are taken contiguously from the start of ``sizes``, or from its end
+    when ``from_high``; at least one group, at most all of them.
+    """
+    if not sizes:
+        raise ValueError("no SM groups to choose from")
+    if sm_limit < 1:
+        raise ValueError(f"sm_limit must be >= 1, got {sm_limit}")
+    order = list(range(len(sizes)))
+    if from_high:
+        order.reverse()
+    best_n, best_gap, total = 1, None, 0
+    for n, i in enumerate(order, start=1):
+        total += sizes[i]
+        gap = abs(total - sm_limit)
+        # '<=' with n increasing makes a tie go to the larger union (round half up).
+        if best_gap is None or gap <= best_gap:
+            best_n, best_gap = n, gap
+        if total >= sm_limit:
+            break
+    return tuple(sorted(order[:best_n]))
+
+
+class ContextPool(ABC):
+    """Restricted contexts by SM count, created on first use and shared by every app."""
+
+    mechanism: str = "?"
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.driver = device.driver
+        self.primary = ExecContext(device.primary, device.info.sm_count, "primary", "all SMs")
+        self._contexts: dict[Any, ExecContext] = {}
+
+    def context(self, sm_limit: int | None, slot: int = 0) -> ExecContext:
+        """The context for ``sm_limit`` SMs (None: all) for the app in deployment slot ``slot``."""
+        if sm_limit is None or sm_limit >= self.device.info.sm_count:
+            return self.primary
+        key = self._key(int(sm_limit), slot)
+        ctx = self._contexts.get(key)
+        if ctx is None:
+            ctx = self._contexts[key] = self._create(key)
+        return ctx
+
+    @property
+    def contexts(self) -> list[ExecContext]:
+        """Every restricted context created so far."""
+        return list(self._contexts.values())
+
+    def create_stream(self, ctx: ExecContext) -> Any:
+        """A non-blocking stream in ``ctx``."""
+        flags = self.driver.cu.CUstream_flags.CU_STREAM_NON_BLOCKING
+        with self.device.current(ctx.handle):
+            return self.driver.call("cuStreamCreate", flags)
+
+    def close(self) -> None:
+        for ctx in self._contexts.values():
+            self._destroy(ctx)
+        self._contexts.clear()
+
+    @abstractmethod
+    def _key(self, sm_limit: int, slot: int) -> Any:
+        """What identifies the context for this request (equal keys share one context)."""
+
+    @abstractmethod
+    def _create(self, key: Any) -> ExecContext: ...
+
+    @abstractmethod
+    def _destroy(self, ctx: ExecContext) -> None: ...
+
+
+class GreenContextPool(ContextPool):
+    """Green contexts made of unions of SM groups from one split of the device."""
+
+    mechanism = "green"
+
+    def __init__(self, device: Device, min_sms: int) -> None:
+        super().__init__(device)
+        drv, cu = self.driver, self.driver.cu
+        sm_type = cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
+        whole = drv.call("cuDeviceGetDevResource", device.handle, sm_type)
+        most = int(whole.sm.smCount) // min_sms
+        groups, count, _remainder = drv.call("cuDevSmResourceSplitByCount", most, whole, 0, min_sms)
+        self.groups = list(groups)[: int(count)]
+        if not self.groups:
+            raise BackendError(
+                f"cuDevSmResourceSplitByCount made no group of {min_sms} SMs on {device.info.name}; "
+                f"use mechanism mps"
+            )
+        self.sizes = [int(g.sm.smCount) for g in self.groups]
+        self._sm_type = sm_type
+
+    def _key(self, sm_limit: int, slot: int) -> tuple[int, ...]:
+        return select_groups(self.sizes, sm_limit, from_high=slot % 2 == 1)
+
+    def _create(self, key: tuple[int, ...]) -> ExecContext:
+        drv, cu = self.driver, self.driver.cu
+        desc = drv.call("cuDevResourceGenerateDesc", [self.groups[i] for i in key], len(key))
+        flags = cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
+        green = drv.call("cuGreenCtxCreate", desc, self.device.handle, flags)
+        try:
+            handle = drv.call("cuCtxFromGreenCtx", green)
+            granted = int(drv.call("cuGreenCtxGetDevResource", green, self._sm_type).sm.smCount)
+        except BackendError:
+            drv.call("cuGreenCtxDestroy", green)
+            raise
+        label = f"green {granted} SMs (groups {key[0]}..{key[-1]})"
+        return ExecContext(handle, granted, "green", label, green=green, groups=key)
+
+    def create_stream(self, ctx: ExecContext) -> Any:
+        if ctx.green is not None and self.device.info.driver_version >= GREEN_STREAM_DRIVER:
+            flags = self.driver.cu.CUstream_flags.CU_STREAM_NON_BLOCKING
+            return self.driver.call("cuGreenCtxStreamCreate", ctx.green, flags, 0)
+        # 12.4 drivers: a stream created while the green context is current belongs to it.
+        return super().create_stream(ctx)
+
+    def _destroy(self, ctx: ExecContext) -> None:
+        self.driver.call("cuGreenCtxDestroy", ctx.green)
+
+
+def create_affinity_context(device: Device, sm_count: int) -> Any:
+    """``cuCtxCreate`` with an SM-count execution affinity; the new context is left current.
+
+    cuda-bindings 12.x exposes the call as ``cuCtxCreate_v3(params, n, flags, dev)``;
+    13.x as ``cuCtxCreate(CUctxCreateParams, flags, dev)`` (the v4 entry point).
+    """
+    drv, cu = device.driver, device.driver.cu
+    param = cu.CUexecAffinityParam()
+    param.type = cu.CUexecAffinityType.CU_EXEC_AFFINITY_TYPE_SM_COUNT
+    param.param.smCount.val = sm_count
+    if drv.has("cuCtxCreate_v3"):
+        return drv.call("cuCtxCreate_v3", [param], 1, 0, device.handle)
+    params = cu.CUctxCreateParams()
+    params.execAffinityParams = [param]
+    params.numExecAffinityParams = 1
+    return drv.call("cuCtxCreate", params, 0, device.handle)
+
+
+class MpsContextPool(ContextPool):
+    """One MPS client context per SM count (``CU_EXEC_AFFINITY_TYPE_SM_COUNT``)."""
+
+    mechanism = "mps"
+
+    def _key(self, sm_limit: int, slot: int) -> int:
+        return sm_limit
+
+    def _create(self, sm_limit: int) -> ExecContext:
+        drv, cu = self.driver, self.driver.cu
+        self.device.make_current()
+        handle = create_affinity_context(self.device, sm_limit)
+        try:
+            affinity = drv.call("cuCtxGetExecAffinity", cu.CUexecAffinityType.CU_EXEC_AFFINITY_TYPE_SM_COUNT)
+            granted = int(affinity.param.smCount.val)
+        except BackendError:
+            drv.call("cuCtxPopCurrent")
+            drv.call("cuCtxDestroy", handle)
+            raise
+        drv.call("cuCtxPopCurrent")
+        return ExecContext(handle, granted, "mps", f"MPS {granted} SMs (asked {sm_limit})")
+
+    def _destroy(self, ctx: ExecContext) -> None:
+        self.driver.call("cuCtxDestroy", ctx.handle)
+
+
+def make_pool(mechanism: str, device: Device, min_green_sms: int) -> ContextPool:
+    """The pool for a resolved mechanism (``green`` or ``mps``)."""
+    if mechanism == "green":
+        return GreenContextPool(device, min_green_sms)
+    if mechanism == "mps":
+        return MpsContextPool(device)
+    raise ValueError(f"mechanism must be green or mps here, got {mechanism!r}")
