@@ -115,13 +115,7 @@ class CudaBackend(Backend):
         plan = load_plan(find_plan(profile, self.gpu.name))
         check_matches(plan, profile, self.gpu.name)
         offsets, total = layout([b.nbytes for b in plan.buffers])
-        free, _ = self.device.memory_info()
-        if total > free:
-            raise BackendError(
-                f"out of GPU memory for app {profile.app!r}: needs {total / 2**20:.0f} MiB, "
-                f"{free / 2**20:.0f} MiB free on {self.device.info.name}"
-            )
-        arena = Arena.allocate(self.device, total)
+        arena = Arena.allocate(self.device, total, f"app {profile.app!r}")
         try:
             fill_buffers(arena, plan.buffers, offsets, self.seed)
             addresses = {b.id: arena.base + off for b, off in zip(plan.buffers, offsets)}

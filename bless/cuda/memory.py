@@ -51,7 +51,7 @@ class Arena:
     size: int
 
     @classmethod
-    def allocate(cls, device: Device, nbytes: int) -> "Arena":
+    def allocate(cls, device: Device, nbytes: int, what: str = "an arena") -> "Arena":
         """Create, reserve, map and open ``nbytes`` (rounded to the VMM granularity) for the device."""
         drv, cu = device.driver, device.driver.cu
         device.make_current()
@@ -66,6 +66,12 @@ class Arena:
             )
         )
         size = round_up(max(nbytes, 1), granularity)
+        free = device.memory_info()[0]
+        if size > free:
+            raise BackendError(
+                f"out of GPU memory for {what}: needs {size / 2**20:.0f} MiB, "
+                f"{free / 2**20:.0f} MiB free on {device.info.name}"
+            )
         handle = drv.call("cuMemCreate", size, prop, 0)
         undo = [lambda: drv.call("cuMemRelease", handle)]
         try:
