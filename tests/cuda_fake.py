@@ -87,6 +87,26 @@ class FakeDevice:
     runs: list[KernelRun] = field(default_factory=list)
 
 
+def _record_smid(fake: "FakeDriver", ctx: Ctx, grid, block, args) -> None:
+    """tools/gpu_check.py's record_smid: block i writes the id of an SM of its context."""
+    ids = sorted(ctx.sm_ids)
+    values = np.array([ids[i % len(ids)] for i in range(grid[0])], dtype=np.uint32)
+    m = fake._accessible(args[0], values.nbytes)
+    m.memory[args[0] - m.base:args[0] - m.base + values.nbytes] = values.tobytes()
+
+
+def _add_one(fake: "FakeDriver", ctx: Ctx, grid, block, args) -> None:
+    """tools/gpu_check.py's add_one: buf[i] += 1 for i < n."""
+    n = min(args[1], grid[0] * block[0])
+    m = fake._accessible(args[0], 4 * n)
+    off = args[0] - m.base
+    values = np.frombuffer(bytes(m.memory[off:off + 4 * n]), dtype=np.uint32) + 1
+    m.memory[off:off + 4 * n] = values.astype(np.uint32).tobytes()
+
+
+KERNEL_EFFECTS = {"record_smid": _record_smid, "add_one": _add_one}
+
+
 class FakeDriver:
     """The fake ``cuda.bindings.driver`` module (see module docstring)."""
 
@@ -103,8 +123,8 @@ class FakeDriver:
         self.mappings: list[Mapping] = []
         self.handles: dict[int, int] = {}  # allocation handle -> size
         self.reserved: dict[int, int] = {}
-        self.libraries: dict[int, dict[str, int]] = {}  # library -> kernel name -> param count
-        self.kernels: dict[int, tuple[str, int]] = {}
+        self.libraries: dict[int, dict[str, list[int]]] = {}  # library -> kernel name -> param sizes
+        self.kernels: dict[int, tuple[str, list[int]]] = {}
         self.shared_allowed: dict[int, int] = {}
         self.greens: dict[int, Ctx] = {}
         self.descs: dict[int, frozenset[int]] = {}
@@ -454,7 +474,8 @@ class FakeDriver:
             return E.CUDA_ERROR_INVALID_PTX, None
         kernels = {}
         for m in re.finditer(r"\.entry\s+(\w+)\s*\(([^)]*)\)", text):
-            kernels[m.group(1)] = m.group(2).count(".param")
+            kinds = re.findall(r"\.param\s+\.([a-z]+)(\d+)", m.group(2))
+            kernels[m.group(1)] = [int(bits) // 8 for _, bits in kinds]
         lib = next(self._ids)
         self.libraries[lib] = kernels
         return OK, real.CUlibrary(lib)
@@ -480,12 +501,15 @@ class FakeDriver:
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         self._call("cuLaunchKernel", (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra))
-        name, n_params = self.kernels[int(f)]
+        name, sizes = self.kernels[int(f)]
         if shared > self.shared_allowed.get(int(f), 48 * 1024):
             return (E.CUDA_ERROR_INVALID_VALUE,)
         s = self.streams[int(stream)]
-        pointers = np.frombuffer(ctypes.string_at(params, 8 * n_params), dtype=np.uint64) if n_params else []
-        args = [int(np.frombuffer(ctypes.string_at(int(p), 8), dtype=np.uint64)[0]) for p in pointers]
+        pointers = np.frombuffer(ctypes.string_at(params, 8 * len(sizes)), dtype=np.uint64) if sizes else []
+        args = [int.from_bytes(ctypes.string_at(int(p), n), "little") for p, n in zip(pointers, sizes)]
+        effect = KERNEL_EFFECTS.get(name)
+        if effect is not None:
+            effect(self, s.ctx, (gx, gy, gz), (bx, by, bz), args)
         start = max(self.now() + LAUNCH_LATENCY, s.ready)
         end = start + self.dev.kernel_time(name, s.ctx.sms)
         s.ready = end
