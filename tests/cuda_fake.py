@@ -83,6 +83,8 @@ class FakeDevice:
     mps_running: bool = False
     context_cost: int = 64 << 20
     green_min: int = 8
+    merges_groups: bool = True
+    """False: like a 12.4 driver, one SM resource per descriptor."""
     kernel_time: Callable[[str, int], float] = lambda name, sms: 100e-6 * 132 / sms
     runs: list[KernelRun] = field(default_factory=list)
 
@@ -261,6 +263,7 @@ class FakeDriver:
     def cuDevSmResourceSplitByCount(self, n, whole, flags, min_count):
         self._call("cuDevSmResourceSplitByCount", (n, whole, flags, min_count))
         sms = sorted(self.resources[id(whole)])
+        min_count = -(-min_count // self.dev.green_min) * self.dev.green_min  # the driver aligns the count
         groups = []
         for g in range(min(n, len(sms) // min_count)):
             r = real.CUdevResource()
@@ -275,6 +278,8 @@ class FakeDriver:
 
     def cuDevResourceGenerateDesc(self, resources, n):
         self._call("cuDevResourceGenerateDesc", (resources, n))
+        if n > 1 and not self.dev.merges_groups:
+            return E.CUDA_ERROR_INVALID_VALUE, None
         sm_ids = frozenset().union(*(self.resources[id(r)] for r in resources[:n]))
         d = next(self._ids)
         self.descs[d] = sm_ids

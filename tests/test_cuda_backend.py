@@ -76,6 +76,16 @@ def test_green_contexts_round_to_groups_and_split_disjointly(fake, apps):
     b.close()
 
 
+def test_green_contexts_on_drivers_that_cannot_merge_groups(apps):
+    fake = FakeDriver(FakeDevice(merges_groups=False))
+    b = CudaBackend("h100", driver_module=fake)
+    app = b.deploy(apps[0])
+    ctx = b.create_context(app, 40)
+    assert b.granted_sms(ctx) == 40 and "own split" in ctx.context.label
+    assert b.granted_sms(b.create_context(app, 8)) == 8  # one group: the shared split still works
+    b.close()
+
+
 def test_mps_contexts_need_the_daemon(apps):
     with pytest.raises(BackendError, match="bless mps start"):
         b = CudaBackend("h100", driver_module=FakeDriver(), mechanism="mps")

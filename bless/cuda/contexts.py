@@ -30,7 +30,7 @@ from typing import Any
 
 from bless.backend import BackendError
 from bless.cuda.device import Device
-from bless.cuda.driver import GREEN_CONTEXT_DRIVER, GREEN_STREAM_DRIVER, format_version
+from bless.cuda.driver import GREEN_CONTEXT_DRIVER, GREEN_STREAM_DRIVER, CudaError, format_version
 
 MECHANISMS = ("auto", "green", "mps")
 
@@ -164,13 +164,26 @@ class GreenContextPool(ContextPool):
             )
         self.sizes = [int(g.sm.smCount) for g in self.groups]
         self._sm_type = sm_type
+        self._whole = whole
 
     def _key(self, sm_limit: int, slot: int) -> tuple[int, ...]:
         return select_groups(self.sizes, sm_limit, from_high=slot % 2 == 1)
 
     def _create(self, key: tuple[int, ...]) -> ExecContext:
         drv, cu = self.driver, self.driver.cu
-        desc = drv.call("cuDevResourceGenerateDesc", [self.groups[i] for i in key], len(key))
+        own_split = False
+        try:
+            desc = drv.call("cuDevResourceGenerateDesc", [self.groups[i] for i in key], len(key))
+        except CudaError as e:
+            if len(key) == 1 or e.code not in (1, 915):
+                raise
+            # Drivers that cannot merge groups (12.4 takes one resource per descriptor):
+            # one group of the union's size from a split of its own; its SMs may overlap other levels'.
+            own, _count, _rest = drv.call(
+                "cuDevSmResourceSplitByCount", 1, self._whole, 0, sum(self.sizes[i] for i in key)
+            )
+            desc = drv.call("cuDevResourceGenerateDesc", [own[0]], 1)
+            own_split = True
         flags = cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
         green = drv.call("cuGreenCtxCreate", desc, self.device.handle, flags)
         try:
@@ -179,7 +192,7 @@ class GreenContextPool(ContextPool):
         except BackendError:
             drv.call("cuGreenCtxDestroy", green)
             raise
-        label = f"green {granted} SMs (groups {key[0]}..{key[-1]})"
+        label = f"green {granted} SMs " + ("(own split)" if own_split else f"(groups {key[0]}..{key[-1]})")
         return ExecContext(handle, granted, "green", label, green=green, groups=key)
 
     def create_stream(self, ctx: ExecContext) -> Any:
