@@ -11,7 +11,9 @@ import math
 
 import numpy as np
 import pytest
-from cuda_fake import FakeDevice, FakeDriver, timing_from, write_app
+
+pytest.importorskip("cuda.bindings.driver", reason="cuda-python is not installed (pip install '.[cuda]')")
+from cuda_fake import FakeDevice, FakeDriver, timing_from, write_app  # noqa: E402
 
 from bless.backend import BackendError
 from bless.cuda.backend import CudaBackend

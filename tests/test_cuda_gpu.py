@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cuda_fake import FakeDevice, FakeDriver
+
+pytest.importorskip("cuda.bindings.driver", reason="cuda-python is not installed (pip install '.[cuda]')")
+from cuda_fake import FakeDevice, FakeDriver  # noqa: E402
 
 from bless.cuda.backend import CudaBackend
 from bless.cuda.driver import probe
