@@ -190,7 +190,8 @@ class Executor:
         """
         if any(r.app is app for r in self.launched):
             raise RuntimeError(f"app {app.name!r} still has kernels on the GPU; wait for them first")
-        queued = list(app.queue)
+        # The active request has launched nothing (it is not in self.launched): it is queued too.
+        queued = ([app.active] if app.active is not None else []) + list(app.queue)
         app.queue.clear()
         app.active = None
         self.apps.remove(app)
@@ -221,6 +222,7 @@ class Executor:
             if req.done:
                 continue
             req.end = run.end
+            req.failed = getattr(run, "error", None) or req.failed
             self.launched.discard(req)
             if req.app.active is req:
                 req.app.active = None

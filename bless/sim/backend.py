@@ -66,6 +66,8 @@ class SimBackend(Backend):
         """Bytes held per deployed app (its own memory plus its contexts)."""
         self._t0 = time.monotonic()
         self._wake = threading.Event()
+        self._faults: dict[tuple[str, int], tuple[int, str]] = {}
+        """Armed faults: (app, kernel index) -> (launches left to fault, message)."""
 
     # ------------------------------------------------------------ apps
     def deploy(self, profile: Profile) -> AppHandle:
@@ -124,7 +126,7 @@ class SimBackend(Backend):
         # serialise on the launch cost, different apps' launches overlap.
         issue = max(self._cursor.get(app.name, 0.0), self.now()) + self.host.launch
         self._cursor[app.name] = issue
-        return self.engine.launch(
+        run = self.engine.launch(
             stream,
             app.private.kernels[kernel],
             issue,
@@ -132,6 +134,35 @@ class SimBackend(Backend):
             tag=tag,
             on_done=self._on_notify if notify else None,
         )
+        if after is not None and after.error is not None:
+            run.error = after.error  # a fault poisons the kernels that depend on it
+        elif self._faults:
+            self._fault_if_armed(run, app.name, kernel)
+        return run
+
+    def inject_fault(self, app: str, kernel: int = 0, count: int = 1, message: str = "") -> None:
+        """Make the next ``count`` launches of kernel ``kernel`` of ``app`` fault.
+
+        A faulting kernel still runs for its usual time (the model does not
+        abort streams); its ``error`` is set and every later kernel launched
+        ``after`` it inherits the error, so the request it belongs to ends
+        failed (:class:`~bless.runtime.Executor` sets ``Request.failed``) and
+        other requests and apps are untouched.  For tests and failure drills.
+        """
+        if count < 1 or kernel < 0:
+            raise ValueError(f"need count >= 1 and kernel >= 0, got count={count}, kernel={kernel}")
+        self._faults[(app, kernel)] = (count, message or f"injected fault in kernel {kernel} of app {app!r}")
+
+    def _fault_if_armed(self, run: KernelRun, app: str, kernel: int) -> None:
+        armed = self._faults.get((app, kernel))
+        if armed is None:
+            return
+        left, message = armed
+        run.error = message
+        if left > 1:
+            self._faults[(app, kernel)] = (left - 1, message)
+        else:
+            del self._faults[(app, kernel)]
 
     def _on_notify(self, run: KernelRun) -> None:
         self._completed.append(run)

@@ -64,7 +64,7 @@ class KernelRun:
 
     __slots__ = (
         "kernel", "stream", "issue_time", "tag", "start", "end",
-        "remaining", "sms", "rate", "cap", "noise", "seq", "on_done", "after", "gap",
+        "remaining", "sms", "rate", "cap", "noise", "seq", "on_done", "after", "gap", "error",
     )
 
     def __init__(
@@ -89,6 +89,8 @@ class KernelRun:
         self.on_done = on_done
         lim = stream.context.sm_limit
         self.cap = kernel.max_sms if lim is None or lim >= kernel.max_sms else lim
+        self.error: str | None = None
+        """Set when the kernel faulted (the engine still runs it; see SimBackend.inject_fault)."""
 
     @property
     def duration(self) -> float:
