@@ -1,0 +1,95 @@
+"""The wire API of the server: message classes and methods of its two gRPC services.
+
+* :data:`oip` -- package ``inference``: the Open Inference Protocol v2 with
+  Triton's statistics extension (``protos/inference/oip_v2.proto``);
+* :data:`admin` -- package ``bless.admin.v1`` (``protos/bless/admin/v1/admin.proto``).
+
+The protos are compiled at build time (``hatch_build.py``) into one descriptor
+set that is loaded here into a *private* :class:`DescriptorPool`, not
+protobuf's default pool.  Generated ``*_pb2`` modules of package
+``inference`` -- tritonclient ships one -- live in the default pool; two copies
+there collide ("duplicate symbol"), which breaks any process that runs an OIP
+client and server together.  A private pool cannot collide, and the services
+are served and called through gRPC's generic handlers with these classes'
+(de)serialisers, so no generated service code is needed either.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
+
+DESCRIPTOR_SET = Path(__file__).with_name("descriptors.binpb")
+
+OIP_SERVICE = "inference.GRPCInferenceService"
+ADMIN_SERVICE = "bless.admin.v1.AdminService"
+
+
+class ApiNotBuilt(RuntimeError):
+    """The descriptor set generated from ``protos/`` is missing."""
+
+
+@functools.cache
+def pool() -> descriptor_pool.DescriptorPool:
+    """The private pool holding every bless proto."""
+    try:
+        data = DESCRIPTOR_SET.read_bytes()
+    except FileNotFoundError:
+        raise ApiNotBuilt(
+            f"{DESCRIPTOR_SET} is missing: the gRPC API is generated from protos/ at install time; "
+            f"run `pip install -e .` (or `python hatch_build.py`) in the repository"
+        ) from None
+    files = descriptor_pb2.FileDescriptorSet.FromString(data)
+    private = descriptor_pool.DescriptorPool()
+    for f in files.file:
+        private.Add(f)
+    return private
+
+
+class Package:
+    """Message classes of one proto package by short name: ``oip.ModelInferRequest``."""
+
+    def __init__(self, package: str) -> None:
+        self._package = package
+
+    @functools.cache
+    def __getattr__(self, name: str) -> type[Message]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            desc = pool().FindMessageTypeByName(f"{self._package}.{name}")
+        except KeyError:
+            raise AttributeError(f"package {self._package} has no message {name!r}") from None
+        return message_factory.GetMessageClass(desc)
+
+
+oip = Package("inference")
+admin = Package("bless.admin.v1")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One unary RPC: its path and (de)serialisable message classes."""
+
+    name: str
+    path: str
+    request: type[Message]
+    response: type[Message]
+
+
+def methods(service: str) -> dict[str, Method]:
+    """Every method of ``service`` (full name, e.g. :data:`OIP_SERVICE`) by name."""
+    desc = pool().FindServiceByName(service)
+    return {
+        m.name: Method(
+            m.name,
+            f"/{service}/{m.name}",
+            message_factory.GetMessageClass(m.input_type),
+            message_factory.GetMessageClass(m.output_type),
+        )
+        for m in desc.methods
+    }
