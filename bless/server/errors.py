@@ -1,0 +1,51 @@
+"""Errors the services answer with: each maps to one gRPC status code."""
+
+from __future__ import annotations
+
+import grpc
+
+
+class ServiceError(Exception):
+    """A request the server refuses or could not serve; the message says why and what to do."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+
+class InvalidArgument(ServiceError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFound(ServiceError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(ServiceError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class FailedPrecondition(ServiceError):
+    """Admission refused (quota, memory, kernel granularity) or the backend cannot do it."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ResourceExhausted(ServiceError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unavailable(ServiceError):
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class Aborted(ServiceError):
+    code = grpc.StatusCode.ABORTED
+
+
+class Unauthenticated(ServiceError):
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class KernelFault(ServiceError):
+    """A kernel of the request faulted on the GPU (only this request failed)."""
+
+    code = grpc.StatusCode.INTERNAL

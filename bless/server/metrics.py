@@ -1,0 +1,109 @@
+"""Prometheus metrics of one server, on their own HTTP port.
+
+Names carry the ``bless_`` prefix, durations are in seconds, per-app series
+have an ``app`` label.  Each server has its own registry (several servers can
+run in one process, e.g. in tests).  ``bless/server/README.md`` maps them to
+Triton's ``nv_inference_*`` metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+SQUAD_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1)
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """The device's state as the serving loop last saw it."""
+
+    utilisation: float = math.nan
+    sm_seconds: float = 0.0
+    memory_used_bytes: int = 0
+    memory_bytes: int = 0
+    sm_count: int = 0
+
+
+class _GpuCollector(Collector):
+    """Reads the latest :class:`GpuSample` at scrape time."""
+
+    def __init__(self, sample: Callable[[], GpuSample]) -> None:
+        self._sample = sample
+
+    def collect(self) -> Iterator:
+        s = self._sample()
+        yield GaugeMetricFamily("bless_gpu_utilisation_ratio",
+                                "Share of SM-time busy since the server started (simulated GPU: from the model)",
+                                value=s.utilisation)
+        yield CounterMetricFamily("bless_gpu_sm_seconds", "Busy SM-seconds (rate()/sm_count is utilisation)",
+                                  value=s.sm_seconds)
+        yield GaugeMetricFamily("bless_gpu_memory_used_bytes", "Device memory held by apps and their contexts",
+                                value=s.memory_used_bytes)
+        yield GaugeMetricFamily("bless_gpu_memory_total_bytes", "Device memory", value=s.memory_bytes)
+        yield GaugeMetricFamily("bless_gpu_sm_count", "SMs of the GPU", value=s.sm_count)
+
+
+class ServerMetrics:
+    """Every metric the server exports."""
+
+    def __init__(self, gpu_sample: Callable[[], GpuSample]) -> None:
+        r = self.registry = CollectorRegistry()
+        self.request_duration = Histogram(
+            "bless_request_duration_seconds",
+            "Request latency: arrival at the scheduler to the end of its last kernel (successful requests)",
+            ["app"], buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_duration = Histogram(
+            "bless_request_queue_duration_seconds", "Arrival to the start of the request's first kernel",
+            ["app"], buckets=LATENCY_BUCKETS, registry=r)
+        self.compute_duration = Histogram(
+            "bless_request_compute_duration_seconds", "Start of the first kernel to the end of the last",
+            ["app"], buckets=LATENCY_BUCKETS, registry=r)
+        self.requests = Counter(
+            "bless_requests", "Inference requests by outcome (succeeded, failed, rejected, cancelled, aborted)",
+            ["app", "status"], registry=r)
+        self.active = Gauge("bless_active_requests", "Requests queued or running", ["app"], registry=r)
+        self.running = Gauge("bless_running_requests", "Requests with kernels launched", ["app"], registry=r)
+        self.quota = Gauge("bless_app_quota_ratio", "SM quota of the app (fraction of the GPU)", ["app"], registry=r)
+        self.squads = Counter("bless_squads", "Kernel squads launched, by configuration", ["config"], registry=r)
+        self.squad_duration = Histogram(
+            "bless_squad_duration_seconds", "Squad duration on the device: first kernel start to last kernel end",
+            buckets=SQUAD_BUCKETS, registry=r)
+        self.kernels = Counter("bless_kernels", "Kernels launched", registry=r)
+        r.register(_GpuCollector(gpu_sample))
+
+    def outcome(self, app: str, status: str, latency: float, queue: float, compute: float) -> None:
+        self.requests.labels(app, status).inc()
+        if status == "succeeded":
+            self.request_duration.labels(app).observe(latency)
+            self.queue_duration.labels(app).observe(queue)
+            self.compute_duration.labels(app).observe(compute)
+
+    def squads_run(self, squads: list[tuple[float, float, bool]], kernels: int) -> None:
+        for duration, _estimate, restricted in squads:
+            self.squads.labels("split" if restricted else "unrestricted").inc()
+            self.squad_duration.observe(duration)
+        if kernels:
+            self.kernels.inc(kernels)
+
+    def app_added(self, app: str, quota: float) -> None:
+        self.quota.labels(app).set(quota)
+        self.active.labels(app).set(0)
+        self.running.labels(app).set(0)
+
+    def app_removed(self, app: str) -> None:
+        for gauge in (self.quota, self.active, self.running):
+            try:
+                gauge.remove(app)
+            except KeyError:
+                pass
+
+    def serve(self, host: str, port: int):
+        """Start the HTTP endpoint; returns (server, thread) (``server.server_port`` is the bound port)."""
+        return start_http_server(port, addr=host, registry=self.registry)

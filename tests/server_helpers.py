@@ -1,0 +1,98 @@
+"""Shared pieces of the server tests: synthetic app profiles and real servers on loopback."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from bless.api import OIP_SERVICE, methods
+from bless.client import BlessClient
+from bless.client.client import infer_request, sample_inputs
+from bless.server import BlessServer, ServerConfig
+from bless.synthetic import synthetic_profile
+
+PROFILES = {
+    # name: (kernels, mean kernel us, seed)
+    "quick": (30, 40.0, 1),
+    "other": (40, 50.0, 2),
+    "slow": (10, 10_000.0, 3),  # ~0.1 s per request: requests pile up
+}
+
+
+def write_profiles(root: Path) -> Path:
+    for name, (kernels, mean_us, seed) in PROFILES.items():
+        synthetic_profile(name, n_kernels=kernels, mean_us=mean_us, seed=seed).save(root / "a100" / f"{name}.json")
+    return root
+
+
+@pytest.fixture
+def profile_dir(tmp_path, monkeypatch) -> Path:
+    root = write_profiles(tmp_path / "profiles")
+    monkeypatch.setenv("BLESS_PROFILE_PATH", str(root))
+    return root
+
+
+@pytest.fixture
+def make_server(tmp_path, profile_dir):
+    """Start servers on free loopback ports (same state dir unless given); all stopped at the end."""
+    started: list[BlessServer] = []
+
+    def make(**config) -> BlessServer:
+        config.setdefault("grpc_port", 0)
+        config.setdefault("metrics_port", 0)
+        config.setdefault("state_dir", tmp_path / "state")
+        config.setdefault("shutdown_grace", 1.0)
+        server = BlessServer(ServerConfig(**config)).start()
+        started.append(server)
+        return server
+
+    yield make
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def server(make_server) -> BlessServer:
+    return make_server()
+
+
+@pytest.fixture
+def admin(server) -> BlessClient:
+    with BlessClient(server.address, token=server.token, timeout=10) as c:
+        yield c
+
+
+_CHANNELS: dict[str, grpc.Channel] = {}
+
+
+def infer_future(address: str, app: str) -> grpc.Future:
+    """Send one ModelInfer without waiting (a raw gRPC future, cancellable)."""
+    channel = _CHANNELS.get(address)
+    if channel is None:
+        channel = _CHANNELS[address] = grpc.insecure_channel(address)
+    m = methods(OIP_SERVICE)
+    meta_call = channel.unary_unary(m["ModelMetadata"].path, request_serializer=m["ModelMetadata"].request.SerializeToString,
+                                    response_deserializer=m["ModelMetadata"].response.FromString)
+    meta = meta_call(m["ModelMetadata"].request(name=app), timeout=10)
+    call = channel.unary_unary(m["ModelInfer"].path, request_serializer=m["ModelInfer"].request.SerializeToString,
+                               response_deserializer=m["ModelInfer"].response.FromString)
+    return call.future(infer_request(app, meta, sample_inputs(meta)), timeout=30)
+
+
+def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def code_of(fut: grpc.Future) -> grpc.StatusCode:
+    try:
+        fut.result(timeout=30)
+    except grpc.RpcError as e:
+        return e.code()
+    return grpc.StatusCode.OK
