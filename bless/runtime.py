@@ -20,7 +20,7 @@ import numpy as np
 
 from bless.backend import Backend
 from bless.manager import KernelManager
-from bless.policy import Policy
+from bless.policy import Decision, Policy
 from bless.requests import AppState, Request
 from bless.workload import Load
 
@@ -169,6 +169,8 @@ class Executor:
         """Per squad: device duration, the determiner's estimate, restricted or not."""
         self.launched: set[Request] = set()
         """Requests with kernels on the GPU that have not completed."""
+        self.on_launch: Callable[[Decision], None] | None = None
+        """Called after a decision is launched, before the host waits for it (the server's live counts)."""
 
     def close(self) -> None:
         for app in self.apps:
@@ -207,6 +209,8 @@ class Executor:
         if launched:
             launches = self.manager.execute(decision)
             self.launched.update(p.request for p in decision.plans)
+            if self.on_launch is not None:
+                self.on_launch(decision)
             if decision.sync:
                 backend.synchronize()
                 self._record_squad(decision, launches)
