@@ -93,6 +93,8 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
 def code_of(fut: grpc.Future) -> grpc.StatusCode:
     try:
         fut.result(timeout=30)
+    except grpc.FutureCancelledError:
+        return grpc.StatusCode.CANCELLED
     except grpc.RpcError as e:
         return e.code()
     return grpc.StatusCode.OK

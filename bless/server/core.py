@@ -60,6 +60,9 @@ from bless.server.store import StateStore
 log = logging.getLogger("bless.server")
 T = TypeVar("T")
 
+GPU_SAMPLE_PERIOD = 0.1
+"""Seconds between refreshes of the GPU figures the metrics endpoint reports."""
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -126,6 +129,7 @@ class ServingCore:
         self.max_queue = max_queue
         self.limits = limits
         self.executor = Executor(backend, policy, [])
+        self.executor.on_launch = self._on_launch
         self.squad_stats = SquadStats()
         self.gpu_sample = GpuSample(memory_bytes=self.gpu.memory_bytes, sm_count=self.gpu.sm_count)
         self.started = time.monotonic()
@@ -140,6 +144,7 @@ class ServingCore:
         self._indices = itertools.count()
         self._removals: list[tuple[ServedApp, Future, int]] = []
         self._kernels_seen = 0
+        self._sampled_at = -math.inf
         self._stopping = False
         self._closed = False
         self._stop_deadline = math.inf
@@ -183,7 +188,7 @@ class ServingCore:
                 raise NotFound(f"no app {served.name!r} on this server (it was unregistered)")
             if served.pending >= self.max_queue:
                 served.stats.outcome("rejected")
-                self.metrics.requests.labels(served.name, "rejected").inc()
+                self.metrics.app(served.name).requests["rejected"].inc()
                 raise ResourceExhausted(
                     f"app {served.name!r} already has {served.pending} requests queued or running, "
                     f"the most it may have (max_queue); retry later"
@@ -192,7 +197,7 @@ class ServingCore:
             job = Job(Request(next(self._rids), served.state, self.backend.now()), served, answer)
             job.request.payload = job
             self._inbox.append(("submit", job))
-        self.metrics.active.labels(served.name).inc()
+        self.metrics.app(served.name).active.inc()
         self._wake()
         return job
 
@@ -308,9 +313,13 @@ class ServingCore:
         served = job.served
         with self._lock:
             served.pending -= 1
-        self.metrics.active.labels(served.name).dec()
+        m = self.metrics.app(served.name)
+        m.active.dec()
+        if job.request.first_launch is not None:
+            served.running -= 1
+            m.running.set(served.running)
         served.stats.outcome(outcome.status, outcome.latency, outcome.queue, outcome.compute)
-        self.metrics.outcome(served.name, outcome.status, outcome.latency, outcome.queue, outcome.compute)
+        m.outcome(outcome.status, outcome.latency, outcome.queue, outcome.compute)
         try:
             job.answer(outcome)
         except Exception:
@@ -352,6 +361,14 @@ class ServingCore:
                               max(self.backend.now() - req.end, 0.0))
         self._finish(job, outcome)
 
+    def _on_launch(self, decision) -> None:
+        """A request whose first kernel was just launched is running (counted before the host waits)."""
+        for plan in decision.plans:
+            if plan.start == 0:
+                served = plan.request.payload.served
+                served.running += 1
+                self.metrics.app(served.name).running.set(served.running)
+
     def _after_step(self) -> None:
         ex = self.executor
         kernels = ex.manager.kernels_launched
@@ -360,20 +377,17 @@ class ServingCore:
             self.metrics.squads_run(ex.squads, kernels - self._kernels_seen)
             ex.squads.clear()  # consumed: a long-running server must not keep every squad
             self._kernels_seen = kernels
-        running = collections.Counter(r.app.index for r in ex.launched)
-        for served in self._apps.values():
-            n = running.get(served.state.index, 0)
-            if n != served.running:
-                served.running = n
-                self.metrics.running.labels(served.name).set(n)
-        engine = getattr(self.backend, "engine", None)
-        self.gpu_sample = GpuSample(
-            utilisation=self.backend.utilisation(),
-            sm_seconds=engine.stats.sm_seconds if engine is not None else 0.0,
-            memory_used_bytes=self.memory_used(),
-            memory_bytes=self.gpu.memory_bytes,
-            sm_count=self.gpu.sm_count,
-        )
+        now = self.backend.now()
+        if now - self._sampled_at >= GPU_SAMPLE_PERIOD:
+            self._sampled_at = now
+            engine = getattr(self.backend, "engine", None)
+            self.gpu_sample = GpuSample(
+                utilisation=self.backend.utilisation(),
+                sm_seconds=engine.stats.sm_seconds if engine is not None else 0.0,
+                memory_used_bytes=self.memory_used(),
+                memory_bytes=self.gpu.memory_bytes,
+                sm_count=self.gpu.sm_count,
+            )
 
     # ---------------------------------------------------------------- admin (loop thread)
     def _get(self, name: str) -> ServedApp:
@@ -437,7 +451,7 @@ class ServingCore:
         served.state.set_quota(quota)
         served.state.slo = trial.slo
         served.spec = spec
-        self.metrics.quota.labels(name).set(quota)
+        self.metrics.app(name).quota.set(quota)
         log.info("app %r: quota %.0f%%", name, quota * 100)
         return served
 

@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from bless.server.stats import OUTCOMES
+
 LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 SQUAD_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1)
 
@@ -50,6 +52,26 @@ class _GpuCollector(Collector):
         yield GaugeMetricFamily("bless_gpu_sm_count", "SMs of the GPU", value=s.sm_count)
 
 
+@dataclass(frozen=True)
+class AppMetrics:
+    """One app's labelled series, resolved once (label lookups are slow on the hot path)."""
+
+    requests: dict[str, Counter]
+    duration: Histogram
+    queue: Histogram
+    compute: Histogram
+    active: Gauge
+    running: Gauge
+    quota: Gauge
+
+    def outcome(self, status: str, latency: float, queue: float, compute: float) -> None:
+        self.requests[status].inc()
+        if status == "succeeded":
+            self.duration.observe(latency)
+            self.queue.observe(queue)
+            self.compute.observe(compute)
+
+
 class ServerMetrics:
     """Every metric the server exports."""
 
@@ -77,13 +99,7 @@ class ServerMetrics:
             buckets=SQUAD_BUCKETS, registry=r)
         self.kernels = Counter("bless_kernels", "Kernels launched", registry=r)
         r.register(_GpuCollector(gpu_sample))
-
-    def outcome(self, app: str, status: str, latency: float, queue: float, compute: float) -> None:
-        self.requests.labels(app, status).inc()
-        if status == "succeeded":
-            self.request_duration.labels(app).observe(latency)
-            self.queue_duration.labels(app).observe(queue)
-            self.compute_duration.labels(app).observe(compute)
+        self._apps: dict[str, AppMetrics] = {}
 
     def squads_run(self, squads: list[tuple[float, float, bool]], kernels: int) -> None:
         for duration, _estimate, restricted in squads:
@@ -92,12 +108,27 @@ class ServerMetrics:
         if kernels:
             self.kernels.inc(kernels)
 
+    def app(self, app: str) -> "AppMetrics":
+        """The series of one app (created when the app is registered)."""
+        return self._apps[app]
+
     def app_added(self, app: str, quota: float) -> None:
-        self.quota.labels(app).set(quota)
-        self.active.labels(app).set(0)
-        self.running.labels(app).set(0)
+        m = self._apps[app] = AppMetrics(
+            requests={status: self.requests.labels(app, status) for status in OUTCOMES},
+            duration=self.request_duration.labels(app),
+            queue=self.queue_duration.labels(app),
+            compute=self.compute_duration.labels(app),
+            active=self.active.labels(app),
+            running=self.running.labels(app),
+            quota=self.quota.labels(app),
+        )
+        m.quota.set(quota)
+        m.active.set(0)
+        m.running.set(0)
 
     def app_removed(self, app: str) -> None:
+        """Stop exporting the app's gauges (its counters and histograms stay, as Prometheus
+        expects; late updates to the unexported gauges are harmless)."""
         for gauge in (self.quota, self.active, self.running):
             try:
                 gauge.remove(app)

@@ -74,8 +74,13 @@ def quota_value(text: str, field: str = "quota") -> float:
 
 
 def slo_seconds(slo: str, iso_latency: float, field: str = "slo") -> float | None:
+    """"25ms", "0.025" (seconds) or "2x" (of the ISO latency) in seconds; "" is none."""
     try:
-        return resolve_slo(slo or None, iso_latency, field)
+        value: str | float = float(slo)
+    except ValueError:
+        value = slo
+    try:
+        return resolve_slo(value if slo else None, iso_latency, field)
     except ConfigError as e:
         raise InvalidArgument(str(e)) from None
 
