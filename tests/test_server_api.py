@@ -86,7 +86,7 @@ def test_typed_contents_and_every_output_kind(server, admin):
     assert via_raw.as_numpy("MASK").dtype == bool
     # The same values sent as typed contents give the same outputs.
     with BlessClient(server.address) as c:
-        via_contents = c._call("ModelInfer", req)
+        via_contents = c.model_infer(req)
     assert list(via_contents.raw_output_contents) == list(via_raw.get_response().raw_output_contents)
 
 
@@ -112,7 +112,7 @@ def test_wrong_byte_count_missing_input_and_unknown_output(server, admin):
     with BlessClient(server.address) as c:
         def status(req):
             with pytest.raises(grpc.RpcError) as e:
-                c._call("ModelInfer", req)
+                c.model_infer(req)
             return e.value.code(), e.value.details()
 
         short = oip.ModelInferRequest(model_name="m", raw_input_contents=[b"\0" * 10])

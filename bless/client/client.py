@@ -139,7 +139,11 @@ class BlessClient:
         """Run one request; ``inputs`` default to seeded values of the declared shapes."""
         meta = self.metadata(app)
         request = infer_request(app, meta, inputs if inputs is not None else sample_inputs(meta))
-        return decode_response(self._call("ModelInfer", request, timeout))
+        return decode_response(self.model_infer(request, timeout))
+
+    def model_infer(self, request: Any, timeout: float | None = None) -> Any:
+        """Send a ready-made ``oip.ModelInferRequest``; returns the ModelInferResponse."""
+        return self._call("ModelInfer", request, timeout)
 
     def model_statistics(self, app: str = "") -> Any:
         return self._call("ModelStatistics", oip.ModelStatisticsRequest(name=app))

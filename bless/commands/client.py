@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     r = cmds.add_parser("register", help="register an app (admission answers accepted or why not)")
     r.add_argument("name", help="the app's model name on the server")
-    r.add_argument("--profile", required=True, help="profile name (see bless apps) or profile .json path on the server")
+    r.add_argument("--profile", required=True, help="profile name (profiles/<gpu>/<name>.json) or a profile .json path on the server")
     r.add_argument("--quota", required=True, help="SM share: 50%%, 0.5 or 1/2")
     r.add_argument("--memory", type=int, default=0, help="device memory in bytes (default: the profile's)")
     r.add_argument("--slo", default="", help="latency target: 25ms, 0.025 or 2x (of the ISO latency)")

@@ -163,8 +163,12 @@ class ServingCore:
         self._thread.join()
 
     @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
     def ready(self) -> bool:
-        return self._thread.is_alive() and not self._stopping and self.failure is None
+        return self.alive and not self._stopping and self.failure is None
 
     def apps(self) -> list[ServedApp]:
         with self._lock:
@@ -433,9 +437,9 @@ class ServingCore:
                 self.executor.remove_app(state)
                 raise
         served = ServedApp(spec, state)
+        self.metrics.app_added(spec.name, spec.quota)  # before requests can find the app
         with self._lock:
             self._apps[spec.name] = served
-        self.metrics.app_added(spec.name, spec.quota)
         log.info("registered app %r: %s, quota %.0f%%", spec.name, spec.profile, spec.quota * 100)
         return admission, served
 

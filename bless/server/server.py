@@ -167,7 +167,7 @@ class BlessServer:
         log.info("stopped")
 
     def _release(self, grace: float) -> None:
-        if self.core is not None and self.core._thread.is_alive():
+        if self.core is not None and self.core.alive:
             self.core.stop(grace)
         if self._loop is not None:
             if self._grpc is not None:

@@ -97,7 +97,7 @@ def parse_app_spec(
     """Validate a registration; every error names its field."""
     check_name(name)
     if not profile:
-        raise InvalidArgument("profile: missing; give a profile name (see `bless apps`) or a profile .json path on the server")
+        raise InvalidArgument("profile: missing; give a profile name (profiles/<gpu>/<name>.json in the catalog) or a profile .json path on the server")
     q = quota_value(quota)
     slo_seconds(slo, 1.0)  # syntax only; resolved against the ISO latency on deployment
     return AppSpec(name, profile, q, int(memory_bytes), slo, parse_specs(inputs, "inputs"), parse_specs(outputs, "outputs"))
