@@ -94,3 +94,18 @@ def test_graceful_shutdown_answers_every_request(make_server):
     assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}
     assert codes.count(grpc.StatusCode.UNAVAILABLE) >= 1
     assert all("shut down" in f.exception().details() for f in futures if f.exception() is not None)
+
+
+def test_a_burst_replayed_at_once_gets_an_answer_for_every_request(make_server):
+    from bless.client import AppLoad, replay
+    from bless.workload import Arrivals
+
+    server = make_server(max_queue=50)
+    with BlessClient(server.address, token=server.token) as c:
+        c.register("q", "quick", "50%")
+    burst = Arrivals(tuple([0.0] * 200 + [0.5] * 10), label="burst")
+    result = replay(server.address, [AppLoad("q", burst)], duration=1.0)
+    (row,) = result.summary()
+    assert row["sent"] == 210
+    assert row["ok"] + row["errors"].get("RESOURCE_EXHAUSTED", 0) == 210
+    assert row["ok"] >= 60 and row["errors"]["RESOURCE_EXHAUSTED"] >= 1  # the queue overflowed, nothing was lost
