@@ -130,7 +130,7 @@ class BlessServer:
             platform = f"bless_{backend.name}"
             self.grpc_port = asyncio.run_coroutine_threadsafe(self._start_grpc(platform), self._loop).result()
             if cfg.metrics_port >= 0:
-                self._httpd, _ = metrics.serve(cfg.host, cfg.metrics_port)
+                self._httpd = metrics.serve(cfg.host, cfg.metrics_port)
                 self.metrics_port = self._httpd.server_port
         except BaseException:
             self._release(grace=0.0)
