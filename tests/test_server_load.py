@@ -72,8 +72,8 @@ def serve(tmp_path, monkeypatch):
     profiles = tmp_path / "profiles" / "a100"
     monkeypatch.setenv("BLESS_PROFILE_PATH", str(profiles.parent))
     synthetic_profile("tiny", n_kernels=8, mean_us=25, seed=7).save(profiles / "tiny.json")
-    synthetic_profile("cmpa", n_kernels=40, mean_us=150, seed=11).save(profiles / "cmpa.json")
-    synthetic_profile("cmpb", n_kernels=60, mean_us=105, seed=12).save(profiles / "cmpb.json")
+    synthetic_profile("cmpa", n_kernels=40, mean_us=400, seed=11).save(profiles / "cmpa.json")
+    synthetic_profile("cmpb", n_kernels=60, mean_us=280, seed=12).save(profiles / "cmpb.json")
     server = ServeProcess(tmp_path, profiles.parent)
     yield server
     if server.proc.poll() is None:
