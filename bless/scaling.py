@@ -158,8 +158,11 @@ def fit_curve(
     Measured points are first made non-increasing in SMs (isotonic regression,
     which pools noisy neighbours to their mean); between points the curve is
     linear in ``1/n`` (what the simulator assumes between levels); below the
-    lowest point and above the highest one (when it is not the whole GPU) the
-    scaling model extends it from the nearest point.  Finally the curve is flat
+    lowest point the scaling model extends it from that point.  Above the highest
+    point, when it is not the whole GPU (BERT's data stops at 88 SMs), the kernel's
+    own trend does: ``a + b/n`` least-squares through its three highest points,
+    kept between no gain and linear gain (predicting 108 SMs from 54-88 this way
+    is 6.9 % worst-case per pass on the CNN data, the model alone 14 %).  Finally the curve is flat
     from the kernel's maximum useful SMs on: ``max_sm_share`` is the smaller of
     its block count and the first level within :data:`KNEE_TOLERANCE` of the
     full-GPU time, as a fraction of the GPU.
@@ -174,7 +177,8 @@ def fit_curve(
         if n <= sms[0]:
             t[i] = predict(vals[0], n, traits, n_ref=sms[0], params=params)
         elif n >= sms[-1]:
-            t[i] = predict(vals[-1], n, traits, n_ref=sms[-1], params=params)
+            t[i] = _extend_up(sms, vals, n) if len(sms) > 1 else predict(vals[-1], n, traits, n_ref=sms[-1],
+                                                                           params=params)
         else:
             hi = int(np.searchsorted(sms, n))
             lo = hi - 1
@@ -186,6 +190,15 @@ def fit_curve(
     cap = min(knee, float(traits.blocks or sm_count))
     t = np.where(levels >= cap, full, t)
     return Curve(t=t, max_sm_share=max(cap, 1) / sm_count)
+
+
+def _extend_up(sms: np.ndarray, vals: np.ndarray, n: float) -> float:
+    """A kernel's own ``a + b/n`` trend beyond its highest measured SM count."""
+    x, y = 1.0 / sms[-3:], vals[-3:]
+    slope = max(0.0, float(np.polyfit(x, y, 1)[0])) if len(x) > 1 else 0.0
+    value = float(y.mean() - slope * x.mean() + slope / n)
+    top, hi = float(vals[-1]), float(sms[-1])
+    return min(top, max(value, top * hi / n))
 
 
 def _non_increasing(v: np.ndarray) -> np.ndarray:

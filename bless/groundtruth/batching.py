@@ -5,7 +5,8 @@ measured batches (beyond the larger one, the same line extended: on a saturated
 GPU an operator's work grows in proportion to the batch).  The kernel list and
 descriptors are those of the measured batch nearest the target; an operator's
 interpolated time is shared among its kernels in proportion to their times at
-that batch.  Operators are aligned as in :mod:`bless.groundtruth.ops`.
+that batch.  Operators are aligned as in :mod:`bless.groundtruth.ops`.  Interpolated
+kernels get their source code in upper case (``M`` = measured points, interpolated).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def interpolate(a: PassData, b: PassData, batch: int) -> PassData:
                 new_points[i][s] = total * share
         for i in base_idx:
             lost_reduced = len(new_points[i]) == 1 < len(kernels[i].points)
-            kernels[i] = replace(kernels[i], points=new_points[i],
-                                 source="s" if lost_reduced else kernels[i].source)
+            source = "s" if lost_reduced else kernels[i].source
+            kernels[i] = replace(kernels[i], points=new_points[i], source=source.upper())
     how = "interpolated" if batch <= b.batch else "extrapolated"
     note = (
         f"batch {batch} {how} operator by operator, linear in batch between measured batches {a.batch} and "
