@@ -58,7 +58,8 @@ class RunConfig:
     name: str = "run"
     gpu: str = "a100"
     backend: str = "sim"
-    mechanism: str = "mps"
+    mechanism: str | None = None
+    """SM restriction mechanism; None: the backend's own choice (mps on the simulator)."""
     policy: str = "bless"
     policy_params: dict[str, Any] = field(default_factory=dict)
     duration: float = 10.0
@@ -130,6 +131,12 @@ def _number(raw: dict, key: str, default: float, lo: float, hi: float = math.inf
     return float(v)
 
 
+def _mechanism(value: Any) -> str | None:
+    if value is None or value in ("mps", "green"):
+        return value
+    raise ConfigError(f"mechanism: expected mps or green (or leave it out for the backend's choice), got {value!r}")
+
+
 def config_from_dict(raw: Any) -> RunConfig:
     """Validate a parsed config mapping."""
     if not isinstance(raw, dict):
@@ -187,7 +194,7 @@ def config_from_dict(raw: Any) -> RunConfig:
         name=str(raw.get("name", "run")),
         gpu=str(raw.get("gpu", "a100")),
         backend=str(raw.get("backend", "sim")),
-        mechanism=str(raw.get("mechanism", "mps")),
+        mechanism=_mechanism(raw.get("mechanism")),
         policy=policy,
         policy_params=params,
         duration=duration,

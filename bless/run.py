@@ -16,7 +16,7 @@ from bless.runtime import RunResult, Runtime
 from bless.workload import parse_load
 
 
-def make_policy(cfg: RunConfig) -> Policy:
+def make_policy(cfg: RunConfig, mechanism: str = "mps") -> Policy:
     factory = POLICIES.get(cfg.policy)
     accepted = set(inspect.signature(factory).parameters)
     for key in cfg.policy_params:
@@ -27,16 +27,17 @@ def make_policy(cfg: RunConfig) -> Policy:
             )
     params = dict(cfg.policy_params)
     if "mechanism" in accepted:
-        params.setdefault("mechanism", cfg.mechanism)
+        params.setdefault("mechanism", mechanism)
     return factory(**params)
 
 
 def make_backend(cfg: RunConfig, gpu: GpuSpec, seed_offset: int = 0):
+    chosen = {} if cfg.mechanism is None else {"mechanism": cfg.mechanism}
     if cfg.backend == "sim":
         return create_backend(
-            "sim", gpu=gpu, clock="virtual", noise_sigma=cfg.noise, seed=cfg.seed + seed_offset, mechanism=cfg.mechanism
+            "sim", gpu=gpu, clock="virtual", noise_sigma=cfg.noise, seed=cfg.seed + seed_offset, **chosen
         )
-    return create_backend(cfg.backend, gpu=gpu.name, mechanism=cfg.mechanism)
+    return create_backend(cfg.backend, gpu=gpu.name, **chosen)
 
 
 def app_states(cfg: RunConfig, profiles: list[Profile]) -> list[AppState]:
@@ -55,13 +56,15 @@ def app_states(cfg: RunConfig, profiles: list[Profile]) -> list[AppState]:
 def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None) -> RunResult:
     """Run one configured co-location and return what it measured."""
     gpu = get_gpu(cfg.gpu)
-    policy = make_policy(cfg)
+    policy = make_policy(cfg, cfg.mechanism or "mps")
     profiles = [load_app(a.app, gpu.name) for a in cfg.apps]
     apps = app_states(cfg, profiles)
     loads = [parse_load(a.load, f"apps[{i}].load") for i, a in enumerate(cfg.apps)]
     if not policy.isolated:
+        backend = make_backend(cfg, gpu)
+        policy = make_policy(cfg, backend.mechanism)
         runtime = Runtime(
-            make_backend(cfg, gpu), policy, apps, loads,
+            backend, policy, apps, loads,
             duration=cfg.duration, warmup=cfg.warmup, seed=cfg.seed, progress=progress,
         )
         return runtime.run()
@@ -70,8 +73,9 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None) 
     for i, (app, load) in enumerate(zip(apps, loads)):
         own_gpu = policy.app_gpu(app, gpu)
         alone = AppState(0, app.name, app.profile, app.quota, slo=app.slo)
+        backend = make_backend(cfg, own_gpu, seed_offset=i)
         runtime = Runtime(
-            make_backend(cfg, own_gpu, seed_offset=i), make_policy(cfg), [alone], [load],
+            backend, make_policy(cfg, backend.mechanism), [alone], [load],
             duration=cfg.duration, warmup=cfg.warmup, seed=cfg.seed + i,
         )
         parts.append(runtime.run())

@@ -280,17 +280,21 @@ class Runtime:
         self._in_flight = 0
         self._done: list[list[Request]] = [[] for _ in apps]
         self._submitted = [0] * len(apps)
+        self._t0 = 0.0
 
     # ------------------------------------------------------------ arrivals
     def _push(self, t: float, app: int) -> None:
-        if t < self.duration:
+        """Queue an arrival at backend time ``t`` if it falls inside the run."""
+        if t < self._t0 + self.duration:
             self._rid += 1
             heapq.heappush(self._arrivals, (t, self._rid, app))
 
     def _seed_arrivals(self) -> None:
+        # Loads count from 0; the run starts at the backend's clock now (a
+        # wall-clock backend has already spent time deploying the apps).
         for i, load in enumerate(self.loads):
             for t in load.initial():
-                self._push(t, i)
+                self._push(self._t0 + t, i)
             it = load.open_arrivals()
             self._open.append(it)
             self._pull_open(i)
@@ -298,7 +302,7 @@ class Runtime:
     def _pull_open(self, i: int) -> None:
         t = next(self._open[i], None)
         if t is not None:
-            self._push(t, i)
+            self._push(self._t0 + t, i)
 
     def _admit(self, now: float) -> None:
         while self._arrivals and self._arrivals[0][0] <= now:
@@ -313,7 +317,7 @@ class Runtime:
     # ------------------------------------------------------------ loop
     def run(self) -> RunResult:
         wall0 = time.perf_counter()
-        dev0 = self.backend.now()
+        dev0 = self._t0 = self.backend.now()
         self._seed_arrivals()
         backend = self.backend
         last_report = 0.0
@@ -331,7 +335,7 @@ class Runtime:
                 self._complete(req)
             if self.progress is not None and now - last_report > 0.05 * self.duration:
                 last_report = now
-                self.progress(min(now / self.duration, 1.0))
+                self.progress(min((now - dev0) / self.duration, 1.0))
         self.executor.close()
         return self._result(time.perf_counter() - wall0, backend.now() - dev0)
 
@@ -345,7 +349,7 @@ class Runtime:
     def _result(self, wall: float, device: float) -> RunResult:
         results = []
         for app, load, done in zip(self.apps, self.loads, self._done):
-            window = [r for r in done if r.arrival >= self.warmup]
+            window = [r for r in done if r.arrival >= self._t0 + self.warmup]
             results.append(
                 AppResult(
                     app=app.name,
