@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from bless.gpu import A100
 from bless.groundtruth import mps
 from bless.groundtruth.assemble import LAUNCH_S, build_profile, io_copies
 from bless.groundtruth.batching import interpolate
@@ -31,7 +32,7 @@ from bless.groundtruth.passes import PassData, from_mps, with_launch_resources, 
 from bless.groundtruth.training import measured_iteration_ms, training_pass
 from bless.groundtruth.vgg import vgg11_from_vgg16
 from bless.profile import Profile
-from bless.scaling import FITTED, PARAM_NAMES, predict
+from bless.scaling import FITTED, PARAM_NAMES, fit_curve
 
 PAPER_SOLO_MS = {"vgg11": 10.2, "resnet50": 8.7, "resnet101": 17.2, "nasnet": 32.7, "bert": 12.8}
 """BLESS (EuroSys'25) Table 1: solo latency of each app on an A100."""
@@ -106,11 +107,9 @@ def pass_at(recipe: Recipe, batch: int, twins: TwinLibrary | None = None) -> Pas
 
 
 def full_gpu_ms(pd: PassData, facts_model: str) -> float:
-    """T[100 %] of the profile this pass would give (before isotonic smoothing), ms."""
-    total_us = 0.0
-    for k in pd.kernels:
-        top = max(k.points)
-        total_us += k.points[top] if top >= 108 else predict(k.points[top], 108, k.traits, n_ref=top)
+    """T[100 %] of the profile this pass gives, ms."""
+    levels = A100.level_sms()
+    total_us = sum(float(fit_curve(levels, k.points, k.traits).t[-1]) for k in pd.kernels)
     return (total_us * 1e-6 + sum(c.seconds for c in io_copies(facts_model, pd.batch)) + LAUNCH_S) * 1e3
 
 
@@ -144,10 +143,11 @@ def choose_batch(recipe: Recipe, target_ms: float, twins: TwinLibrary | None = N
 
 
 LEVEL_FILL = (
-    "levels at measured SM counts (MPS 20/40/50/60/80/100 % = 22/44/54/66/88/108 SMs) carry the measured "
-    "(or twin/derived) points after isotonic smoothing; levels between two points are linear in 1/n; levels "
-    "below the lowest point (and above the highest when it is not 108) come from bless.scaling.predict "
-    "anchored at the nearest point; levels at or above a kernel's max useful SMs equal its full-GPU time"
+    "levels at known SM counts (MPS 20/40/50/60/80/100 % = 22/44/54/66/88/108 SMs; measured, twin or derived "
+    "points) carry those points after isotonic smoothing; levels between two points are linear in 1/n; levels "
+    "below the lowest point come from bless.scaling.predict anchored there; above the highest point when it is "
+    "not 108 (BERT: 88) from the kernel's own a+b/n trend through its top three points; levels at or above a "
+    "kernel's max useful SMs (max_sm_share) equal its full-GPU time"
 )
 
 
@@ -173,7 +173,7 @@ def build_inference(app: str, batch: int | None = None, twins: TwinLibrary | Non
         "batch_choice": how,
         "level_fill": LEVEL_FILL,
         "scaling_params": dict(zip(PARAM_NAMES, map(float, FITTED.as_vector()))),
-        "measured_sms": sorted({s for k in pd.kernels for s in k.points}),
+        "known_sms": sorted({s for k in pd.kernels for s in k.points}),
     }
     if target is not None:
         details["paper_solo_ms"] = target
@@ -181,7 +181,7 @@ def build_inference(app: str, batch: int | None = None, twins: TwinLibrary | Non
     if recipe.proxy_note:
         details["proxy"] = recipe.proxy_note
     profile = build_profile(
-        app, pd, kind="inference", facts_model=recipe.facts_model,
+        app, pd, kind="inference", facts_model=recipe.facts_model, proxy=bool(recipe.proxy_note),
         memory_bytes=memory_bytes(recipe.facts_model, pd, training=False),
         source=SOURCE, details=details,
     )
@@ -226,7 +226,7 @@ def build_training(app: str, batch: int | None = None, twins: TwinLibrary | None
     if recipe.proxy_note:
         details["proxy"] = recipe.proxy_note
     return build_profile(
-        f"{app}_train", train, kind="training", facts_model=recipe.facts_model,
+        f"{app}_train", train, kind="training", facts_model=recipe.facts_model, proxy=bool(recipe.proxy_note),
         memory_bytes=memory_bytes(recipe.facts_model, forward, training=True),
         source=SOURCE + "; backward ratios and optimizer bandwidth: " + ", ".join(train.files[len(forward.files):]),
         details=details,

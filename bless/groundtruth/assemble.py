@@ -57,11 +57,13 @@ def build_profile(
     kind: str,
     facts_model: str,
     memory_bytes: int,
+    proxy: bool = False,
     source: str,
     details: dict,
     gpu: GpuSpec = A100,
 ) -> Profile:
-    """The profile of ``pd`` (``facts_model`` names the architecture for the copies)."""
+    """The profile of ``pd`` (``facts_model`` names the architecture for the copies; ``proxy``: it
+    stands in for another network, and the provenance says so)."""
     level_sms = gpu.level_sms()
     h2d, d2h = io_copies(facts_model, pd.batch)
     descs = [_copy_desc(h2d)]
@@ -79,7 +81,8 @@ def build_profile(
         "method": "derived",
         "gpu": gpu.name,
         "source": source,
-        "model": f"{models.facts(facts_model).description}, batch {pd.batch}",
+        "model": ("PROXY for " + app.removesuffix("_train") + ": " if proxy else "")
+        + f"{models.facts(facts_model).description}, batch {pd.batch}",
         "tool": "tools/build_a100_profiles.py",
         "details": {
             **details,
