@@ -96,10 +96,6 @@ class MpsPass:
     def sms(self) -> tuple[int, ...]:
         return tuple(mps_sms(p) for p in self.levels)
 
-    @property
-    def ref_index(self) -> int:
-        return self.levels.index(self.ref_level)
-
     def times_ns(self) -> np.ndarray:
         """Shape (K, L): every kernel's duration at every level (NaN where it vanished)."""
         return np.array([[np.nan if v is None else v for v in k.t_ns] for k in self.kernels])

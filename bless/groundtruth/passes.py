@@ -76,13 +76,6 @@ class PassData:
     files: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
 
-    def total_at(self, sms: int) -> float:
-        """Sum of the kernels that have a point at ``sms`` (us)."""
-        return sum(k.points[sms] for k in self.kernels if sms in k.points)
-
-    def with_note(self, note: str) -> "PassData":
-        return replace(self, notes=self.notes + (note,))
-
 
 def from_mps(model: str, batch: int) -> PassData:
     """A measured pass of the A100 MPS data (full-GPU-only kernels get source ``s``; see :func:`with_twins`)."""
