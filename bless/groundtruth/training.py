@@ -196,7 +196,7 @@ def training_pass(forward: PassData, family: str, facts_model: str) -> tuple[Pas
         for k in forward.kernels
     ]
     backward: list[KernelSeries] = []
-    for token, idx in reversed(operators([k.name for k in fwd])):
+    for _, idx in reversed(operators([k.name for k in fwd])):
         op = [fwd[i] for i in idx]
         r = table.get(op[0].category, table["elementwise"])
         if r.ratio <= 0:
