@@ -164,8 +164,9 @@ class Profile:
                 "details": self.provenance.details,
             },
             "kernels": [_kernel_to_dict(k) for k in self.kernels],
-            "t_us": _round_rows(self.t * 1e6),
-            "tau_us": _round_rows(self.tau * 1e6),
+            "t_us": (t_us := _round_rows(self.t * 1e6)),
+            # tau from the rounded t, so the file is consistent to the last digit.
+            "tau_us": _round_rows(np.cumsum(np.array(t_us), axis=1)),
             "T_us": [round(float(v), 3) for v in self.T * 1e6],
         }
 
