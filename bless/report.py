@@ -39,9 +39,9 @@ def print_result(result: RunResult, title: str = "", console=None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    table = Table(title=title or f"{result.policy.get('policy')} on {result.gpu}")
-    for col in ("app", "quota", "load", "requests", "mean ms", "p50 ms", "p99 ms", "ISO T[quota] ms", "solo ms", "within ISO"):
-        table.add_column(col, justify="right" if col not in ("app", "load") else "left")
+    table = Table(title=(title or f"{result.policy.get('policy')} on {result.gpu}") + " (latency in ms)")
+    for col in ("app", "quota", "load", "done", "mean", "p50", "p99", "ISO", "solo", "<= ISO"):
+        table.add_column(col, justify="left" if col in ("app", "load") else "right", no_wrap=col == "app")
     for a in result.apps:
         ok = a.completed and a.mean <= a.iso_latency
         table.add_row(

@@ -60,6 +60,9 @@ class ClosedLoop(Load):
     interval: float
     relative: bool = True
     clients: int = 1
+    think: str = "fixed"
+    """fixed: wait exactly ``interval``; exponential: a random wait with that mean
+    (clients that do not act in lockstep)."""
     closed = True
 
     def __post_init__(self) -> None:
@@ -67,6 +70,8 @@ class ClosedLoop(Load):
             raise ValueError(f"load interval must be >= 0, got {self.interval}")
         if self.clients < 1:
             raise ValueError(f"load clients must be >= 1, got {self.clients}")
+        if self.think not in ("fixed", "exponential"):
+            raise ValueError(f"load think must be fixed or exponential, got {self.think!r}")
         self._seconds = self.interval
         self._rng: np.random.Generator | None = None
 
@@ -81,11 +86,18 @@ class ClosedLoop(Load):
         return sorted(float(self._rng.uniform(0.0, self._solo)) for _ in range(self.clients))
 
     def after_completion(self, end: float) -> float | None:
+        if self.think == "exponential":
+            return end + float(self._rng.exponential(self._seconds))
         return end + self._seconds
 
     def describe(self) -> str:
-        unit = "x solo" if self.relative else "s"
-        return f"closed loop, {self.clients} client(s), interval {self.interval:g}{unit}"
+        name = next((k for k, v in WORKLOAD_INTERVALS.items() if self.relative and abs(v - self.interval) < 1e-9), None)
+        if name and self.clients == 1 and self.think == "fixed":
+            return name
+        unit = "x" if self.relative else "s"
+        clients = f"{self.clients}x " if self.clients > 1 else ""
+        think = "~exp " if self.think == "exponential" else ""
+        return f"{clients}closed {think}{self.interval:.2g}{unit}"
 
 
 @dataclass
@@ -108,7 +120,7 @@ class Poisson(Load):
             yield t
 
     def describe(self) -> str:
-        return f"poisson {self.rate:g} req/s"
+        return f"poisson {self.rate:g}/s"
 
 
 @dataclass
