@@ -1,0 +1,1 @@
+"""Deciding which apps share a GPU: colocation prediction (KACE) and admission checks."""
