@@ -181,8 +181,6 @@ GOOD_F = "workload,memory_mib,sm_busy_pct,memory_busy_pct,solo_throughput\na,100
         (GOOD_F, "workload1,workload2,throughput1,throughput2\na,b,1,2\nb,a,2,1\n",
          r"p\.csv: row 3: pair b\+a already measured on row 2"),
         (GOOD_F, "workload1,workload2,throughput1,throughput2\na,b,-1,2\n", r"p\.csv: row 2, column 'throughput1'"),
-        ("workload,x\na,1\nb,2\n", "workload1,workload2,throughput1,throughput2\na,b,1,2\n",
-         r"no 'solo_throughput' column"),
     ],
 )
 def test_bad_csvs_name_file_row_and_column(tmp_path, f_text, p_text, match):
@@ -205,6 +203,11 @@ def test_throughputs_are_related_to_solo(tmp_path):
     p = _write(tmp_path / "p.csv", "workload1,workload2,throughput1,throughput2\nb,a,10,5\n")
     np.testing.assert_allclose(kace_data.load(f, p).throughput_sums, [10 / 20 + 5 / 10])
     np.testing.assert_allclose(kace_data.load(f, p, normalised=True).throughput_sums, [15.0])
+    # Without solo throughputs in F, P's values are taken as relative to solo already.
+    bare = _write(tmp_path / "bare.csv", "workload,x\na,1\nb,2\n")
+    data = kace_data.load(bare, p)
+    assert data.relative_to_solo
+    np.testing.assert_allclose(data.throughput_sums, [15.0])
 
 
 def test_cli_reports_csv_errors_without_traceback(tmp_path, capsys):

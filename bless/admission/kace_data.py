@@ -104,6 +104,8 @@ class ColocationData:
     pairs: tuple[PairMeasurement, ...]
     throughput_sums: np.ndarray
     """Per pair: throughput1/solo1 + throughput2/solo2 (KACE's prediction target)."""
+    relative_to_solo: bool = False
+    """True when F had no solo throughputs and P's values were assumed relative to solo."""
 
     def __post_init__(self) -> None:
         self.throughput_sums.setflags(write=False)
@@ -177,19 +179,19 @@ def read_pairs(path: str | Path, features: FeatureTable) -> tuple[PairMeasuremen
 
 
 def load(features_path: str | Path, pairs_path: str | Path, *, normalised: bool = False) -> ColocationData:
-    """Read F and P; relate throughputs to solo unless P already holds relative values."""
+    """Read F and P; relate throughputs to solo when F has each workload's solo throughput.
+
+    Without a ``solo_throughput`` column (or with ``normalised``) P's
+    throughputs are taken as already relative to solo, as KACE's own data set
+    records them, and summed as given.
+    """
     features = read_features(features_path)
     pairs = read_pairs(pairs_path, features)
     if not pairs:
         raise DataError(f"{pairs_path}: no pairs; measure some co-running pairs first")
-    if normalised:
+    if normalised or SOLO_THROUGHPUT not in features.columns:
         sums = np.array([p.throughput1 + p.throughput2 for p in pairs])
-        return ColocationData(features, pairs, sums)
-    if SOLO_THROUGHPUT not in features.columns:
-        raise DataError(
-            f"{features.source}: row 1: no {SOLO_THROUGHPUT!r} column to relate P's throughputs to solo; "
-            f"add it, or pass --normalised if P already holds throughputs relative to solo"
-        )
+        return ColocationData(features, pairs, sums, relative_to_solo=not normalised)
     solo = features.column(SOLO_THROUGHPUT)
     for name, value in zip(features.workloads, solo):
         if not value > 0:

@@ -56,7 +56,7 @@ def _data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--normalised",
         action="store_true",
-        help="P's throughputs are already relative to solo (otherwise F needs a solo_throughput column)",
+        help="P's throughputs are already relative to solo (the default when F has no solo_throughput column)",
     )
     p.add_argument(
         "--min-correlation",
@@ -64,6 +64,12 @@ def _data_args(p: argparse.ArgumentParser) -> None:
         default=MIN_CORRELATION,
         help=f"drop pair features less correlated with the target (default {MIN_CORRELATION}, as the paper)",
     )
+
+
+def _note_relative(data) -> None:
+    if data.relative_to_solo:
+        print(f"note: {data.features.source} has no solo_throughput column; the throughputs in the pairs file "
+              "are taken as relative to each workload's solo throughput and summed as given")
 
 
 # ------------------------------------------------------------------ evaluate
@@ -74,6 +80,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from bless.admission.kace_eval import EvalConfig, evaluate
 
     data = kace_data.load(args.features, args.pairs, normalised=args.normalised)
+    _note_relative(data)
     config = EvalConfig(
         train_frac=args.train_frac,
         seed=args.seed,
@@ -139,6 +146,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from bless.admission.kace import KaceModel, pair_matrix
 
     data = kace_data.load(args.features, args.pairs, normalised=args.normalised)
+    _note_relative(data)
     x = pair_matrix(data.features, [(p.workload1, p.workload2) for p in data.pairs])
     model = KaceModel.fit(x, data.throughput_sums, data.features.columns, args.min_correlation)
     path = model.save(args.out)
