@@ -188,7 +188,10 @@ def config_from_dict(raw: Any) -> RunConfig:
         raise ConfigError(f"seed: expected an integer, got {seed!r}")
     admission = raw.get("admission", {}) or {}
     if not isinstance(admission, dict):
-        raise ConfigError("admission: expected a mapping")
+        raise ConfigError("admission: expected a mapping with kace_model, min_throughput_sum, action")
+    unknown = sorted(set(admission) - {"kace_model", "min_throughput_sum", "action"})
+    if unknown:
+        raise ConfigError(f"admission.{unknown[0]}: unknown key; use kace_model, min_throughput_sum, action")
     return RunConfig(
         apps=tuple(apps),
         name=str(raw.get("name", "run")),

@@ -30,6 +30,7 @@ def result_dict(result: RunResult, config: dict[str, Any] | None = None) -> dict
         "config": config or {},
         "summary": {k: _clean(v) for k, v in result.summary().items()},
         "apps": [{k: _clean(v) for k, v in a.summary().items()} for a in result.apps],
+        "notes": list(result.notes),
     }
 
 
@@ -66,6 +67,8 @@ def print_result(result: RunResult, title: str = "", console=None) -> None:
         line += f", {s['squads']} squads (mean {s['squad_mean_us']:.0f} us, {s['restricted_share']:.0%} restricted)"
     line += f"; simulated {result.device_seconds:.2f} s in {result.wall_seconds:.2f} s wall"
     console.print(line)
+    for note in result.notes:
+        console.print(f"[yellow]{note}[/]")
 
 
 def write_result(result: RunResult, out: Path, config: dict[str, Any] | None = None, plot: bool = True) -> list[Path]:

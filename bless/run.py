@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
+from bless.admission.colocation import ColocationGate
 from bless.backend import create_backend
 from bless.catalog import load_app
 from bless.config import ConfigError, RunConfig, resolve_slo
@@ -59,6 +60,7 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None) 
     policy = make_policy(cfg, cfg.mechanism or "mps")
     profiles = [load_app(a.app, gpu.name) for a in cfg.apps]
     apps = app_states(cfg, profiles)
+    notes = check_colocation(cfg, apps)
     loads = [parse_load(a.load, f"apps[{i}].load") for i, a in enumerate(cfg.apps)]
     if not policy.isolated:
         backend = make_backend(cfg, gpu)
@@ -67,7 +69,9 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None) 
             backend, policy, apps, loads,
             duration=cfg.duration, warmup=cfg.warmup, seed=cfg.seed, progress=progress,
         )
-        return runtime.run()
+        result = runtime.run()
+        result.notes.extend(notes)
+        return result
     # Isolated policies (ISO, MIG): every app on a GPU (slice) of its own.
     parts = []
     for i, (app, load) in enumerate(zip(apps, loads)):
@@ -81,4 +85,26 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None) 
         parts.append(runtime.run())
         if progress is not None:
             progress((i + 1) / len(apps))
-    return RunResult.merge(parts, policy.describe(), gpu.name)
+    result = RunResult.merge(parts, policy.describe(), gpu.name)
+    result.notes.extend(notes)
+    return result
+
+
+def check_colocation(cfg: RunConfig, apps: list[AppState]) -> list[str]:
+    """Consult the KACE gate (``admission`` settings) as if the apps registered in order.
+
+    Returns the warnings; raises :class:`ConfigError` when the gate rejects an app.
+    """
+    try:
+        gate = ColocationGate.from_settings(cfg.admission)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if gate is None:
+        return []
+    notes = []
+    for i, app in enumerate(apps):
+        rejected, warnings = gate.judge(app.name, app.profile, [(a.name, a.profile) for a in apps[:i]])
+        if rejected:
+            raise ConfigError(f"apps[{i}]: admission rejected {app.name!r}: {'; '.join(rejected)}")
+        notes += [f"admission warning: {w}" for w in warnings]
+    return notes

@@ -105,6 +105,8 @@ class RunResult:
     kernels: int = 0
     wall_seconds: float = 0.0
     device_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    """Warnings worth showing with the results (e.g. from admission)."""
 
     @classmethod
     def merge(cls, parts: list["RunResult"], policy: dict[str, Any], gpu: str) -> "RunResult":

@@ -103,7 +103,9 @@ class AdminService:
         )
         profile = await asyncio.to_thread(load_profile_for, spec, self.core.gpu.name)
         admission, served = await asyncio.wrap_future(self.core.register(spec, profile, request.dry_run))
-        response = admin.RegisterAppResponse(admission=admin.Admission(accepted=admission.accepted, reason=admission.reason))
+        notes = ([admission.reason] if admission.reason else []) + [f"warning: {w}" for w in admission.warnings]
+        reason = "; ".join(notes)
+        response = admin.RegisterAppResponse(admission=admin.Admission(accepted=admission.accepted, reason=reason))
         if served is not None:
             response.app.CopyFrom(self.app_info(served))
         return response

@@ -23,18 +23,22 @@ numbers; the server gathers them (:class:`AppDemand` per app, a
      While one kernel of the long app runs, the short app needs about that
      ratio of kernels to keep pace, and a squad holds only ``squad_size``.
 
-A KACE-style check plugs in as one more function in :data:`CHECKS`.
+4. **Co-location** (optional): a fitted KACE model predicts the throughput
+   sum of the new app next to each registered one; below a threshold it
+   warns or rejects (:class:`~bless.admission.colocation.ColocationGate`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
+from bless.admission.colocation import ColocationGate
 from bless.gpu import GpuSpec
 from bless.policies.bless import MEMORY_HEADROOM
+from bless.profile import Profile
 from bless.requests import AppState
 
 QUOTA_EPS = 1e-9
@@ -42,11 +46,13 @@ QUOTA_EPS = 1e-9
 
 @dataclass(frozen=True)
 class AdmissionLimits:
-    """Tunable thresholds of the kernel-granularity rule."""
+    """Tunable thresholds of the kernel-granularity rule, and the optional KACE gate."""
 
     long_kernel_share: float = 0.25
     max_kernel_ratio: float | None = None
     """None: half the squad size."""
+    colocation: ColocationGate | None = None
+    """KACE's predicted co-location quality (:mod:`bless.admission.colocation`)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.long_kernel_share <= 1:
@@ -71,11 +77,15 @@ class AppDemand:
     """Mean kernel length on the whole GPU."""
     target: float
     """Latency target: the SLO, else the ISO latency T[quota]."""
+    profile: Profile | None = field(default=None, compare=False, repr=False)
+    """The app's profile, for the KACE gate."""
 
     @classmethod
     def of(cls, app: AppState) -> "AppDemand":
         t = app.profile.t[-1]
-        return cls(app.name, app.quota, app.profile.memory_bytes, float(np.max(t)), float(np.mean(t)), app.target)
+        return cls(
+            app.name, app.quota, app.profile.memory_bytes, float(np.max(t)), float(np.mean(t)), app.target, app.profile
+        )
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,8 @@ class MemoryBudget:
 class Admission:
     accepted: bool
     reason: str = ""
+    warnings: tuple[str, ...] = ()
+    """Concerns that did not reject the app (the KACE gate in warn mode)."""
 
 
 def contexts_per_app(gpu: GpuSpec, max_level: int, mechanism: str) -> int:
@@ -173,4 +185,9 @@ def admit(
     ``memory`` None skips the memory rule (a quota change allocates nothing).
     """
     reasons = [r for check in CHECKS for r in check(app, others, memory, squad_size, limits)]
-    return Admission(not reasons, "; ".join(reasons))
+    warnings: list[str] = []
+    gate = limits.colocation
+    if gate is not None and app.profile is not None:
+        rejected, warnings = gate.judge(app.name, app.profile, [(o.name, o.profile) for o in others if o.profile])
+        reasons += rejected
+    return Admission(not reasons, "; ".join(reasons), tuple(warnings))

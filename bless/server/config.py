@@ -33,6 +33,7 @@ import yaml
 
 from bless.config import ConfigError
 from bless.gpu import get_gpu
+from bless.admission.colocation import SETTINGS as COLOCATION_SETTINGS, ColocationGate
 from bless.server.admission import AdmissionLimits
 
 
@@ -111,9 +112,13 @@ def config_from_dict(raw: Any, where: str = "config") -> ServerConfig:
         if not isinstance(adm, dict):
             raise ConfigError(f"{where}: admission: expected a mapping")
         try:
-            values["admission"] = AdmissionLimits(**adm)
+            gate = ColocationGate.from_settings({k: adm[k] for k in COLOCATION_SETTINGS if k in adm})
+            limits = {k: v for k, v in adm.items() if k not in COLOCATION_SETTINGS}
+            values["admission"] = AdmissionLimits(**limits, colocation=gate)
         except TypeError as e:
-            raise ConfigError(f"{where}: admission: {e}; keys: long_kernel_share, max_kernel_ratio") from None
+            raise ConfigError(
+                f"{where}: admission: {e}; keys: long_kernel_share, max_kernel_ratio, {', '.join(COLOCATION_SETTINGS)}"
+            ) from None
         except ValueError as e:
             raise ConfigError(f"{where}: {e}") from None
     try:
