@@ -113,6 +113,10 @@ class Backend(ABC):
         """Let the host idle until ``t`` (device work keeps running)."""
         self.wait(t)
 
+    def charge_host(self, seconds: float) -> None:
+        """The host computed for ``seconds`` (a policy's decision).  Real time
+        passes by itself on a real clock; a virtual clock must be told."""
+
     def wake(self) -> None:
         """Interrupt a :meth:`wait` from another thread (new work arrived)."""
 

@@ -72,6 +72,10 @@ class Policy(ABC):
     def step(self, now: float, apps: list[AppState]) -> Decision | None:
         """Decide what to launch now; None or an empty decision: nothing."""
 
+    def decision_cost(self, decision: Decision) -> float:
+        """Host seconds the policy spent deciding ``decision`` (charged on a virtual clock)."""
+        return 0.0
+
     def on_complete(self, request: Request, now: float) -> None:
         """A request finished (its last kernel ended at ``request.end``)."""
 

@@ -173,6 +173,8 @@ class Executor:
         """Requests with kernels on the GPU that have not completed."""
         self.on_launch: Callable[[Decision], None] | None = None
         """Called after a decision is launched, before the host waits for it (the server's live counts)."""
+        self.wake_at = math.inf
+        """The wake-up time the latest decision asked for (inf: none)."""
 
     def close(self) -> None:
         for app in self.apps:
@@ -208,7 +210,9 @@ class Executor:
         backend = self.backend
         decision = self.policy.step(backend.now(), self.apps)
         launched = decision is not None and bool(decision.plans)
+        self.wake_at = decision.wake_at if decision is not None else math.inf
         if launched:
+            backend.charge_host(self.policy.decision_cost(decision))
             launches = self.manager.execute(decision)
             self.launched.update(p.request for p in decision.plans)
             if self.on_launch is not None:
@@ -328,7 +332,8 @@ class Runtime:
             self._admit(now)
             next_arrival = self._arrivals[0][0] if self._arrivals else math.inf
             finished, launched = self.executor.step(next_arrival)
-            if not launched and not finished and next_arrival == math.inf and not self.executor.launched:
+            stalled = not launched and not finished and self.executor.wake_at == math.inf
+            if stalled and next_arrival == math.inf and not self.executor.launched:
                 raise RuntimeError(
                     f"policy {self.policy.name!r} left {self._in_flight} request(s) unscheduled with "
                     f"nothing running and no wake-up time"
