@@ -29,6 +29,19 @@ GIB = 1 << 30
 
 
 @dataclass(frozen=True)
+class MigProfile:
+    """One MIG GPU-instance profile (e.g. A100 ``3g.20gb``)."""
+
+    name: str
+    compute_slices: int
+    """GPCs of ``GpuSpec.mig_slice_sms`` SMs each (the ``g`` in ``3g``)."""
+    memory_slices: int
+    """Eighths of the memory and of its bandwidth (L2 and DRAM channels)."""
+    placements: tuple[int, ...]
+    """Memory-slice indices an instance may start at (``nvidia-smi mig -lgipp``)."""
+
+
+@dataclass(frozen=True)
 class GpuSpec:
     """Static description of one GPU model."""
 
@@ -59,6 +72,16 @@ class GpuSpec:
     mig_slice_sms: int = 0
     """SMs in one MIG compute slice (0: no MIG)."""
     mig_memory_slices: int = 0
+    mig_profiles: tuple[MigProfile, ...] = ()
+    """GPU-instance profiles MIG offers on this GPU (empty: not modelled)."""
+
+    @property
+    def bandwidth_share(self) -> float:
+        """Share of the full GPU's DRAM bandwidth (below 1 for a MIG slice of it)."""
+        full = GPUS.get(self.name)
+        if full is None or full.dram_bandwidth <= 0:
+            return 1.0
+        return min(1.0, self.dram_bandwidth / full.dram_bandwidth)
 
     @property
     def arch(self) -> str:
@@ -107,8 +130,17 @@ A100 = GpuSpec(
     clock_hz=1.41e9,
     mig_slice_sms=14,
     mig_memory_slices=8,
+    mig_profiles=(
+        MigProfile("1g.5gb", 1, 1, (0, 1, 2, 3, 4, 5, 6)),
+        MigProfile("2g.10gb", 2, 2, (0, 2, 4)),
+        MigProfile("3g.20gb", 3, 4, (0, 4)),
+        MigProfile("4g.20gb", 4, 4, (0,)),
+        MigProfile("7g.40gb", 7, 8, (0,)),
+    ),
 )
-"""A100 40 GB SXM: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020)."""
+"""A100 40 GB SXM: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020).
+MIG profiles and placements: NVIDIA Multi-Instance GPU User Guide, "A100 MIG
+profiles" (a GPC slice has 14 SMs, so 7g.40gb has 98 of the 108 SMs)."""
 
 H100 = GpuSpec(
     name="h100",

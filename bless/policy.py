@@ -87,6 +87,12 @@ class Policy(ABC):
 POLICIES: Registry[Policy] = Registry("policy")
 POLICIES.register_lazy("bless", "bless.policies.bless:BlessPolicy")
 POLICIES.register_lazy("unbound", "bless.policies.unbound:UnboundPolicy")
+POLICIES.register_lazy("iso", "bless.policies.iso:IsoPolicy")
+POLICIES.register_lazy("temporal", "bless.policies.temporal:TemporalPolicy")
+POLICIES.register_lazy("mig", "bless.policies.mig:MigPolicy")
+POLICIES.register_lazy("gslice", "bless.policies.gslice:GslicePolicy")
+POLICIES.register_lazy("reef", "bless.policies.reef:ReefPolicy")
+POLICIES.register_lazy("zico", "bless.policies.zico:ZicoPolicy")
 
 
 def create_policy(name: str, **kwargs: Any) -> Policy:

@@ -41,8 +41,13 @@ class SimBackend(Backend):
         noise_sigma: float = 0.0,
         seed: int = 0,
         mechanism: str = "mps",
+        bandwidth_share: float | None = None,
     ) -> None:
         self.gpu = gpu if isinstance(gpu, GpuSpec) else get_gpu(gpu)
+        if bandwidth_share is None:
+            bandwidth_share = self.gpu.bandwidth_share
+        self.bandwidth_share = bandwidth_share
+        """Share of the full GPU's DRAM bandwidth this device has (a MIG slice: less than 1)."""
         if clock not in CLOCKS:
             raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
         self.clock = clock
@@ -56,6 +61,7 @@ class SimBackend(Backend):
             event_latency=self.host.event,
             noise_sigma=noise_sigma,
             seed=seed,
+            bandwidth_share=bandwidth_share,
         )
         self._host = 0.0
         self._cursor: dict[str, float] = {}

@@ -19,6 +19,11 @@ kernel progresses at a constant rate; rates are recomputed at every event:
   saturation (a memory-bound kernel slows in proportion to oversubscription),
   the second is queueing in L2/DRAM below saturation.  Both vanish when a
   kernel runs alone, so solo timing is exactly the profile.
+* **Bandwidth share.**  A GPU partition with its own slice of the memory system
+  (a MIG instance) has only ``bandwidth_share`` of the peak: demands are read
+  relative to that share (``u / share``) and a kernel alone that would need
+  more than the share stretches to ``u / share`` of its time (bandwidth bound).
+  At the default share of 1 nothing changes.
 
 The engine knows nothing of apps, requests or policies; it executes
 operations and reports when each kernel started and ended.
@@ -132,8 +137,12 @@ class Engine:
         event_latency: float = 2e-6,
         noise_sigma: float = 0.0,
         seed: int = 0,
+        bandwidth_share: float = 1.0,
     ) -> None:
+        if not 0.0 < bandwidth_share <= 1.0:
+            raise ValueError(f"bandwidth_share must be in (0, 1], got {bandwidth_share}")
         self.sm_count = sm_count
+        self.bandwidth_share = bandwidth_share
         self.gamma = (interference or InterferenceModel()).gamma
         self.context_switch = context_switch
         self.event_latency = event_latency
@@ -298,6 +307,9 @@ class Engine:
                 demand += k.dram_seconds / k.solo[s]
                 if r.start is None:
                     r.start = now  # its first blocks run now
+        share = self.bandwidth_share
+        if share != 1.0:
+            demand /= share
         over = demand - 1.0 if demand > 1.0 else 0.0
         gamma = self.gamma
         for r in running:
@@ -310,10 +322,9 @@ class Engine:
                 r.rate = 0.0
                 continue
             t = k.solo[s]
-            u = k.dram_seconds / t
-            if u > 1.0:
-                u = 1.0
-            r.rate = 1.0 / (t * r.noise * (1.0 + u * over + gamma * u * (demand - u)))
+            u = k.dram_seconds / t / share
+            w = u if u < 1.0 else 1.0
+            r.rate = 1.0 / (t * r.noise * (1.0 + w * over + gamma * w * (demand - u)))
 
     def _advance(self, t: float) -> None:
         dt = t - self.now

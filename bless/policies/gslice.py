@@ -1,0 +1,141 @@
+"""GSLICE: static MPS-style SM partitions equal to the quotas, re-sized as load changes.
+
+Models GSLICE (Dhakal, Kulkarni and Ramakrishnan, "GSLICE: controlled spatial
+sharing of GPUs for a scalable inference platform", SoCC'20): every app runs in
+its own context restricted to its share of the SMs (MPS active-thread
+percentage), starting at its quota; requests launch whole as they arrive.
+GSLICE's adaptive GPU re-allocation is modelled as a periodic controller: every
+``period`` seconds it compares each app's mean latency over the period with
+its target (SLO if set, else the ISO latency of its quota) and moves ``step``
+of the GPU from the app with the most slack (below ``1 - tolerance`` of its
+target) to the one furthest over it (above ``1 + tolerance``).  An idle app
+has full slack.  The new partition serves requests that arrive from then on,
+as GSLICE's hot-standby ("shadow") instance hides the re-load.
+
+Simplifies: GSLICE's adaptive batching is off (requests are the unit here), the
+re-size is one step per period rather than its throughput-model jump, and the
+partitions it may move to are pre-created contexts (as many as device memory
+allows, nearest the quota first).
+"""
+
+from __future__ import annotations
+
+import math
+
+from bless.gpu import GpuSpec
+from bless.policies.bless import MEMORY_HEADROOM
+from bless.policies.common import launch_queued, quota_sms
+from bless.policy import Decision, Policy
+from bless.requests import AppState, Request
+
+
+class GslicePolicy(Policy):
+    """Spatial partitions at the quotas, with GSLICE-style adaptive re-sizing."""
+
+    name = "gslice"
+
+    def __init__(
+        self,
+        adaptive: bool = True,
+        period: float = 0.5,
+        step: float = 1 / 18,
+        tolerance: float = 0.1,
+        mechanism: str = "mps",
+    ) -> None:
+        if not period > 0:
+            raise ValueError(f"gslice period must be > 0 seconds, got {period}")
+        if not 0 < step < 1:
+            raise ValueError(f"gslice step must be a share of the GPU in (0, 1), got {step}")
+        if not 0 <= tolerance < 1:
+            raise ValueError(f"gslice tolerance must be in [0, 1), got {tolerance}")
+        self.adaptive = adaptive
+        self.period = period
+        self.step_share = step
+        self.tolerance = tolerance
+        self.mechanism = mechanism
+        self.resizes = 0
+        self._sms: dict[int, int] = {}
+        self._allowed: dict[int, set[int]] = {}
+        self._in_flight: dict[int, set[Request]] = {}
+        self._latency: dict[int, list[float]] = {}
+        self._next_check = math.nan
+
+    def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
+        self.gpu = gpu
+        self._step = gpu.round_sms(self.step_share * gpu.sm_count, self.mechanism)
+        spare = self._spare_contexts(apps, gpu) if self.adaptive else 0
+        for app in apps:
+            base = quota_sms(app.quota, gpu, self.mechanism) or gpu.sm_count
+            self._sms.setdefault(app.index, base)
+            around = [base + k * self._step for k in range(-gpu.sm_count, gpu.sm_count + 1) if k]
+            around = [s for s in around if self._step <= s <= gpu.sm_count]
+            around.sort(key=lambda s: (abs(s - base), s))
+            self._allowed[app.index] = {base, *around[:spare]}
+            self._in_flight.setdefault(app.index, set())
+            self._latency.setdefault(app.index, [])
+
+    def _spare_contexts(self, apps: list[AppState], gpu: GpuSpec) -> int:
+        """Restricted contexts each app may hold beyond its quota's, within device memory."""
+        per_ctx = gpu.green_context_memory_bytes if self.mechanism == "green" else gpu.context_memory_bytes
+        budget = gpu.memory_bytes * MEMORY_HEADROOM - sum(a.profile.memory_bytes for a in apps)
+        return max(int(budget // (per_ctx * max(len(apps), 1))) - 2, 0)
+
+    def context_limits(self, app: AppState, gpu: GpuSpec) -> list[int | None]:
+        return [self._limit(s) for s in sorted(self._allowed[app.index])]
+
+    def _limit(self, sms: int) -> int | None:
+        return None if sms >= self.gpu.sm_count else sms
+
+    def step(self, now: float, apps: list[AppState]) -> Decision | None:
+        if self.adaptive:
+            if math.isnan(self._next_check):
+                self._next_check = now + self.period
+            elif now >= self._next_check:
+                self._resize(now, apps)
+                self._next_check = now + self.period
+        decision = launch_queued(apps, lambda app: self._limit(self._sms[app.index]))
+        if decision is not None:
+            for p in decision.plans:
+                self._in_flight[p.request.app.index].add(p.request)
+        return decision
+
+    def on_complete(self, request: Request, now: float) -> None:
+        i = request.app.index
+        self._in_flight[i].discard(request)
+        self._latency[i].append(now - request.arrival)
+
+    def _pressure(self, app: AppState, now: float) -> float:
+        """Latency over the last period as a multiple of the app's target (0: idle)."""
+        done = self._latency[app.index]
+        waiting = [now - r.arrival for r in self._in_flight[app.index]] + [now - r.arrival for r in app.queue]
+        if done:
+            latency = sum(done) / len(done)
+        elif waiting:
+            latency = max(waiting)
+        else:
+            return 0.0
+        return latency / app.target
+
+    def _resize(self, now: float, apps: list[AppState]) -> None:
+        pressure = {a.index: self._pressure(a, now) for a in apps}
+        for lat in self._latency.values():
+            lat.clear()
+        needy = [i for i, p in pressure.items() if p > 1 + self.tolerance and self._sms[i] + self._step in self._allowed[i]]
+        donors = [i for i, p in pressure.items() if p < 1 - self.tolerance and self._sms[i] - self._step in self._allowed[i]]
+        if not needy or not donors:
+            return
+        to = max(needy, key=lambda i: (pressure[i], -i))
+        frm = min(donors, key=lambda i: (pressure[i], i))
+        if to == frm:
+            return
+        self._sms[to] += self._step
+        self._sms[frm] -= self._step
+        self.resizes += 1
+
+    def describe(self) -> dict:
+        return {
+            "policy": self.name,
+            "adaptive": self.adaptive,
+            "period_s": self.period,
+            "resizes": self.resizes,
+        }

@@ -1,0 +1,123 @@
+"""TEMPORAL: round-robin time slices in proportion to the quotas.
+
+One app owns the whole GPU at a time.  Apps take turns in index order; an
+app's slice is its quota's share of a round of ``n_apps x slice`` seconds, so
+at an even split every slice is ``slice`` long and a 2/3 app's slice is twice
+a 1/3 app's.  Kernels cannot be preempted, so a slice launches only the
+kernels whose estimated durations (alone on the whole GPU, from the profile)
+fit in what is left of it -- at least one, so a kernel longer than a slice
+overruns it -- then synchronises; the next app starts after a context switch
+of ``switch_cost`` during which the GPU is idle.
+
+Choices (parameters, and why):
+
+* ``slice = 2 ms`` -- the order of the time slice of NVIDIA's time-sliced
+  vGPU schedulers (1-2 ms by default, NVIDIA vGPU documentation "vGPU
+  Schedulers"); short enough against our 8-33 ms requests to interleave them.
+* ``switch_cost = 50 us`` -- the backend's context-switch cost
+  (:class:`bless.backend.HostCosts`), the same figure BLESS pays when a request
+  changes contexts, so neither side is favoured.
+
+Work conserving, like vGPU's best-effort scheduler: an app with nothing to do
+is skipped and a slice ends early when its app runs out of work; when only the
+app that holds the GPU has work it keeps it without a switch.  Simplifies: no
+preemption of a running kernel, no time accounting across rounds (an overrun
+is not paid back).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bless.backend import HostCosts
+from bless.gpu import GpuSpec
+from bless.policy import Decision, LaunchPlan, Policy
+from bless.requests import AppState
+
+
+class TemporalPolicy(Policy):
+    """Quota-proportional round-robin time slicing of the whole GPU."""
+
+    name = "temporal"
+
+    def __init__(self, slice: float = 2e-3, switch_cost: float = HostCosts().context_switch) -> None:
+        if not slice > 0:
+            raise ValueError(f"temporal slice must be > 0 seconds, got {slice}")
+        if switch_cost < 0:
+            raise ValueError(f"temporal switch_cost must be >= 0 seconds, got {switch_cost}")
+        self.slice = slice
+        self.switch_cost = switch_cost
+        self._slice_len: dict[int, float] = {}
+        self._prefix: dict[int, np.ndarray] = {}
+        """Per app: cumulative full-GPU kernel durations (the fit estimate)."""
+        self._holder: int | None = None
+        """Index of the app that owns the GPU (its context is loaded)."""
+        self._slice_end = -math.inf
+        self._switch_until = -math.inf
+
+    def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
+        total = sum(a.quota for a in apps)
+        round_len = self.slice * len(apps)
+        self._slice_len = {a.index: round_len * a.quota / total for a in apps}
+        for a in apps:
+            self._prefix[a.index] = np.concatenate(([0.0], np.cumsum(a.profile.t[-1])))
+
+    @staticmethod
+    def _has_work(app: AppState) -> bool:
+        return (app.active is not None and app.active.remaining > 0) or bool(app.queue)
+
+    def _next_app(self, apps: list[AppState]) -> AppState | None:
+        """The next app with work in round-robin order after the holder (the holder last)."""
+        ordered = sorted(apps, key=lambda a: a.index)
+        start = 0
+        if self._holder is not None:
+            start = next((i + 1 for i, a in enumerate(ordered) if a.index == self._holder), 0)
+        for k in range(len(ordered)):
+            app = ordered[(start + k) % len(ordered)]
+            if self._has_work(app):
+                return app
+        return None
+
+    def step(self, now: float, apps: list[AppState]) -> Decision | None:
+        if now < self._switch_until:
+            return Decision(wake_at=self._switch_until)
+        holder = next((a for a in apps if a.index == self._holder), None)
+        if holder is not None and now < self._slice_end and self._has_work(holder):
+            app = holder
+        else:
+            app = self._next_app(apps)
+            if app is None:
+                return None
+            if self._holder is not None and app.index != self._holder and self.switch_cost > 0:
+                self._holder = app.index
+                self._switch_until = now + self.switch_cost
+                self._slice_end = self._switch_until + self._slice_len[app.index]
+                return Decision(wake_at=self._switch_until)
+            self._holder = app.index
+            self._slice_end = now + self._slice_len[app.index]
+        return Decision(self._fill(app, self._slice_end - now), sync=True)
+
+    def _fill(self, app: AppState, budget: float) -> tuple[LaunchPlan, ...]:
+        """The app's next kernels, request after request, that fit in ``budget`` (at least one)."""
+        prefix = self._prefix[app.index]
+        plans: list[LaunchPlan] = []
+        while budget > 0 or not plans:
+            req = app.activate()
+            if req is None:
+                break
+            start = req.scheduled
+            fits = int(np.searchsorted(prefix, prefix[start] + budget, side="right")) - 1 - start
+            count = min(max(fits, 0 if plans else 1), req.remaining)
+            if count == 0:
+                break
+            plans.append(LaunchPlan(req, start, count))
+            budget -= prefix[start + count] - prefix[start]
+            if count < req.remaining:
+                break
+            app.active = None  # fully launched: the app's next request may start in this slice
+        return tuple(plans)
+
+    def describe(self) -> dict:
+        return {"policy": self.name, "slice_ms": self.slice * 1e3, "switch_us": self.switch_cost * 1e6}
