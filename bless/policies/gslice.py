@@ -4,13 +4,20 @@ Models GSLICE (Dhakal, Kulkarni and Ramakrishnan, "GSLICE: controlled spatial
 sharing of GPUs for a scalable inference platform", SoCC'20): every app runs in
 its own context restricted to its share of the SMs (MPS active-thread
 percentage), starting at its quota; requests launch whole as they arrive.
-GSLICE's adaptive GPU re-allocation is modelled as a periodic controller: every
-``period`` seconds it compares each app's mean latency over the period with
-its target (SLO if set, else the ISO latency of its quota) and moves ``step``
-of the GPU from the app with the most slack (below ``1 - tolerance`` of its
-target) to the one furthest over it (above ``1 + tolerance``).  An idle app
-has full slack.  The new partition serves requests that arrive from then on,
-as GSLICE's hot-standby ("shadow") instance hides the re-load.
+GSLICE's adaptive GPU re-allocation is modelled as a periodic controller.
+Every ``period`` seconds it looks at each app's mean latency over the period
+against its target (SLO if set, else the ISO latency of its quota) and at how
+busy its partition was (share of the period with a request in it):
+
+* an app *needs* SMs if its latency is over ``1 + tolerance`` of its target or
+  its partition was busy at least ``busy_high`` of the time (the load saturates it);
+* an app can *give* SMs if it does not need them and its latency is under
+  ``1 - tolerance`` of its target or its partition idled more than
+  ``1 - busy_low`` of the time (over-provisioned for its load).
+
+It then moves ``step`` of the GPU from the most idle giver to the neediest app.
+The new partition serves requests that arrive from then on, as GSLICE's
+hot-standby ("shadow") instance hides the re-load.
 
 Simplifies: GSLICE's adaptive batching is off (requests are the unit here), the
 re-size is one step per period rather than its throughput-model jump, and the
@@ -40,6 +47,8 @@ class GslicePolicy(Policy):
         period: float = 0.5,
         step: float = 1 / 18,
         tolerance: float = 0.1,
+        busy_high: float = 0.9,
+        busy_low: float = 0.6,
         mechanism: str = "mps",
     ) -> None:
         if not period > 0:
@@ -52,12 +61,20 @@ class GslicePolicy(Policy):
         self.period = period
         self.step_share = step
         self.tolerance = tolerance
+        if not 0 <= busy_low < busy_high <= 1:
+            raise ValueError(f"gslice needs 0 <= busy_low < busy_high <= 1, got {busy_low}, {busy_high}")
+        self.busy_high = busy_high
+        self.busy_low = busy_low
         self.mechanism = mechanism
         self.resizes = 0
         self._sms: dict[int, int] = {}
         self._allowed: dict[int, set[int]] = {}
         self._in_flight: dict[int, set[Request]] = {}
         self._latency: dict[int, list[float]] = {}
+        self._busy: dict[int, float] = {}
+        """Per app: seconds of the current period with a request in its partition."""
+        self._busy_since: dict[int, float] = {}
+        """Per app with requests in flight: when it last became busy (or the period began)."""
         self._next_check = math.nan
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
@@ -73,6 +90,7 @@ class GslicePolicy(Policy):
             self._allowed[app.index] = {base, *around[:spare]}
             self._in_flight.setdefault(app.index, set())
             self._latency.setdefault(app.index, [])
+            self._busy.setdefault(app.index, 0.0)
 
     def _spare_contexts(self, apps: list[AppState], gpu: GpuSpec) -> int:
         """Restricted contexts each app may hold beyond its quota's, within device memory."""
@@ -96,13 +114,18 @@ class GslicePolicy(Policy):
         decision = launch_queued(apps, lambda app: self._limit(self._sms[app.index]))
         if decision is not None:
             for p in decision.plans:
-                self._in_flight[p.request.app.index].add(p.request)
+                i = p.request.app.index
+                if not self._in_flight[i]:
+                    self._busy_since[i] = now
+                self._in_flight[i].add(p.request)
         return decision
 
     def on_complete(self, request: Request, now: float) -> None:
         i = request.app.index
         self._in_flight[i].discard(request)
         self._latency[i].append(now - request.arrival)
+        if not self._in_flight[i] and i in self._busy_since:
+            self._busy[i] += now - self._busy_since.pop(i)
 
     def _pressure(self, app: AppState, now: float) -> float:
         """Latency over the last period as a multiple of the app's target (0: idle)."""
@@ -118,16 +141,23 @@ class GslicePolicy(Policy):
 
     def _resize(self, now: float, apps: list[AppState]) -> None:
         pressure = {a.index: self._pressure(a, now) for a in apps}
-        for lat in self._latency.values():
-            lat.clear()
-        needy = [i for i, p in pressure.items() if p > 1 + self.tolerance and self._sms[i] + self._step in self._allowed[i]]
-        donors = [i for i, p in pressure.items() if p < 1 - self.tolerance and self._sms[i] - self._step in self._allowed[i]]
+        busy = {}
+        for a in apps:
+            i = a.index
+            if i in self._busy_since:  # still busy: count up to now, carry on into the next period
+                self._busy[i] += now - self._busy_since[i]
+                self._busy_since[i] = now
+            busy[i] = min(self._busy[i] / self.period, 1.0)
+            self._busy[i] = 0.0
+            self._latency[i].clear()
+        needs = {i for i in pressure if pressure[i] > 1 + self.tolerance or busy[i] >= self.busy_high}
+        gives = {i for i in pressure if i not in needs and (pressure[i] < 1 - self.tolerance or busy[i] <= self.busy_low)}
+        needy = [i for i in needs if self._sms[i] + self._step in self._allowed[i]]
+        donors = [i for i in gives if self._sms[i] - self._step in self._allowed[i]]
         if not needy or not donors:
             return
-        to = max(needy, key=lambda i: (pressure[i], -i))
-        frm = min(donors, key=lambda i: (pressure[i], i))
-        if to == frm:
-            return
+        to = max(needy, key=lambda i: (pressure[i], busy[i], -i))
+        frm = min(donors, key=lambda i: (busy[i], pressure[i], i))
         self._sms[to] += self._step
         self._sms[frm] -= self._step
         self.resizes += 1

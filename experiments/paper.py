@@ -1,0 +1,423 @@
+"""The paper's experiments: run each sweep and regenerate its table and figure.
+
+    .venv/bin/python experiments/paper.py fig13            # one experiment (runs its sweep if needed)
+    .venv/bin/python experiments/paper.py all --rerun      # every experiment, sweeps re-run
+    .venv/bin/python experiments/paper.py headline         # the headline numbers from the results
+
+Each experiment is a sweep file ``experiments/<name>.yaml`` (run with
+``bless sweep``; results under ``experiments/results/<name>/``) plus a table
+(``table.md``) and a figure (``<name>.png``) made here from ``runs.csv``.
+Fig. 17 is its own script (``fig17_squad_duration.py``).  Every run is
+deterministic for its seed, so re-running reproduces the tables exactly
+(wall-time columns aside).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+POLICY_NAMES = {
+    "bless": "BLESS",
+    "temporal": "TEMPORAL",
+    "mig(rounding=nearest)": "MIG",
+    "gslice": "GSLICE",
+    "unbound": "UNBOUND",
+    "reef": "REEF+",
+    "iso": "ISO",
+    "zico": "ZICO",
+    "bless(pacing=False)": "w/o scheduler",
+    "bless(determiner=nsp)": "w/o determiner (NSP)",
+    "bless(determiner=sp)": "w/o determiner (SP)",
+}
+BASELINES = ("TEMPORAL", "MIG", "GSLICE", "UNBOUND", "REEF+")
+PAPER_REDUCTION = {"TEMPORAL": 37.3, "MIG": 34.2, "GSLICE": 21.1, "UNBOUND": 16.5, "REEF+": 13.5}
+"""BLESS's average latency reduction over each baseline (BLESS, EuroSys'25, abstract and §6)."""
+PAPER_DEVIATION = {"BLESS": 0.6, "TEMPORAL": 14.3, "GSLICE": 2.1}
+"""Average latency deviation in ms (BLESS, EuroSys'25, §6.2, Fig. 14)."""
+LOAD_NAMES = {
+    '{"interval":0.333333,"think":"exponential","type":"closed"}': "A~exp",
+    '{"interval":0.666667,"think":"exponential","type":"closed"}': "B~exp",
+    '{"interval":1.0,"think":"exponential","type":"closed"}': "C~exp",
+}
+
+
+# ------------------------------------------------------------------ data
+def rows_of(name: str) -> list[dict]:
+    path = RESULTS / name / "runs.csv"
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["policy"] = POLICY_NAMES.get(r.get("policy", ""), r.get("policy", ""))
+        for k in ("apps.*.load", "apps.0.load"):
+            if k in r:
+                r[k] = LOAD_NAMES.get(r[k], r[k])
+        for k, v in list(r.items()):
+            if v not in ("", None) and k not in ("error",):
+                try:
+                    r[k] = float(v)
+                except ValueError:
+                    pass
+    return rows
+
+
+def ok(r: dict) -> bool:
+    return not r.get("error")
+
+
+def pair_of(r: dict) -> str:
+    return f"{r['apps.0.app']}+{r['apps.1.app']}"
+
+
+def num(v) -> float:
+    return v if isinstance(v, float) else math.nan
+
+
+def fmt(v: float, digits: int = 1) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def pivot(rows: list[dict], row_key: Callable[[dict], str], metric: str, policies: list[str], digits: int = 1,
+          scale: float = 1.0) -> str:
+    """Markdown table: one row per ``row_key``, one column per policy, mean of ``metric`` (unsupported: n/s)."""
+    keys = list(dict.fromkeys(row_key(r) for r in rows))
+    lines = ["| | " + " | ".join(policies) + " |", "|---|" + "---|" * len(policies)]
+    for k in [*keys, "**mean**"]:
+        cells = []
+        for p in policies:
+            sel = [r for r in rows if r["policy"] == p and (k == "**mean**" or row_key(r) == k)]
+            vals = [num(r.get(metric)) * scale for r in sel if ok(r)]
+            if sel and not vals:
+                cells.append("n/s")
+            else:
+                cells.append(fmt(float(np.nanmean(vals)) if vals else math.nan, digits))
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def policies_in(rows: list[dict]) -> list[str]:
+    return list(dict.fromkeys(r["policy"] for r in rows))
+
+
+def reductions(rows: list[dict], config_key: Callable[[dict], tuple]) -> dict[str, tuple[float, int]]:
+    """BLESS's mean latency reduction (%) over each policy, averaged over configurations both ran."""
+    by = {}
+    for r in rows:
+        if ok(r):
+            by.setdefault(config_key(r), {})[r["policy"]] = r["mean_latency_ms"]
+    out = {}
+    for p in policies_in(rows):
+        if p == "BLESS":
+            continue
+        red = [1 - c["BLESS"] / c[p] for c in by.values() if "BLESS" in c and p in c]
+        out[p] = (100 * float(np.mean(red)) if red else math.nan, len(red))
+    return out
+
+
+def bars(rows: list[dict], row_key: Callable[[dict], str], metric: str, policies: list[str], path: Path,
+         title: str, ylabel: str, normalise: str | None = None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(dict.fromkeys(row_key(r) for r in rows))
+    fig, ax = plt.subplots(figsize=(max(8, 0.35 * len(keys) * len(policies) / 2 + 3), 4.2))
+    w = 0.8 / len(policies)
+    for j, p in enumerate(policies):
+        ys = []
+        for k in keys:
+            sel = [num(r.get(metric)) for r in rows if r["policy"] == p and row_key(r) == k and ok(r)]
+            y = float(np.mean(sel)) if sel else math.nan
+            if normalise:
+                ref = [num(r.get(metric)) for r in rows if r["policy"] == normalise and row_key(r) == k and ok(r)]
+                y = y / float(np.mean(ref)) if ref else math.nan
+            ys.append(y)
+        ax.bar(np.arange(len(keys)) + (j - (len(policies) - 1) / 2) * w, ys, w, label=p)
+    if normalise:
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xticks(np.arange(len(keys)), keys, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=min(len(policies), 8))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def lines(rows: list[dict], x_key: str, metric: str, series: Callable[[dict], str], path: Path, title: str,
+          xlabel: str, ylabel: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for s in dict.fromkeys(series(r) for r in rows):
+        xs = list(dict.fromkeys(r[x_key] for r in rows if series(r) == s and ok(r)))
+        ys = [np.mean([num(r[metric]) for r in rows if series(r) == s and r[x_key] == x and ok(r)]) for x in xs]
+        ax.plot([str(x) for x in xs] if any(isinstance(x, str) for x in xs) else xs, ys, "o-", label=s)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------ experiments
+def report_fig13(name: str = "fig13") -> str:
+    rows = rows_of(name)
+    pols = policies_in(rows)
+    key = lambda r: f"{r['apps.0.app']} {r['apps.*.load']}"
+    out = [f"Mean latency (ms), pair of identical apps at 50/50, per workload:\n", pivot(rows, key, "mean_latency_ms", pols),
+           "\nLatency deviation (ms, sum over the two apps of max(0, mean - ISO)):\n",
+           pivot(rows, key, "latency_deviation_ms", pols, 2),
+           "\nBLESS's mean latency reduction over each policy (mean over the pair x workload cells):\n",
+           reduction_table(reductions(rows, lambda r: (r["apps.0.app"], r["apps.*.load"])))]
+    bars(rows, key, "mean_latency_ms", pols, RESULTS / name / f"{name}.png",
+         f"{name}: mean latency relative to ISO (5 symmetric pairs, 50/50)", "mean latency / ISO", "ISO")
+    return "\n".join(out)
+
+
+def reduction_table(red: dict[str, tuple[float, int]]) -> str:
+    pols = [p for p in red if p != "ISO"]
+    head = "| | " + " | ".join(pols) + " |\n|---|" + "---|" * len(pols)
+    ours = "| ours | " + " | ".join(f"{red[p][0]:+.1f} % ({red[p][1]})" for p in pols) + " |"
+    paper = "| paper | " + " | ".join(f"{PAPER_REDUCTION[p]:.1f} %" if p in PAPER_REDUCTION else "" for p in pols) + " |"
+    return "\n".join([head, ours, paper])
+
+
+def report_fig14(name: str = "fig14") -> str:
+    rows = rows_of(name)
+    pols = policies_in(rows)
+    for r in rows:
+        r["split"] = f"{r['apps.0.quota']}-{r['apps.1.quota']}"
+    split = lambda r: r["split"]
+    out = ["Latency deviation (ms), mean over the ten mutual pairs, per quota split (first app - second app):\n",
+           pivot(rows, split, "latency_deviation_ms", pols, 2),
+           "\nMean latency (ms):\n", pivot(rows, split, "mean_latency_ms", pols),
+           "\nPer pair, deviation (ms) averaged over the seven splits:\n", pivot(rows, pair_of, "latency_deviation_ms", pols, 2)]
+    lines(rows, "split", "latency_deviation_ms", lambda r: r["policy"], RESULTS / name / f"{name}.png",
+          "Fig. 14: latency deviation vs quota split (10 mutual pairs, workload B)", "quota split", "latency deviation (ms)")
+    return "\n".join(out)
+
+
+def report_multi(name: str) -> str:
+    rows = rows_of(name)
+    pols = policies_in(rows)
+    key = lambda r: str(r["apps.*.load"])
+    napps = sum(1 for k in rows[0] if k.endswith(".mean_ms"))
+    per_app = ["| load | policy | " + " | ".join(f"{rows[0][f'app{i}.app']} (ms)" for i in range(napps)) + " |",
+               "|---|---|" + "---|" * napps]
+    for r in rows:
+        if ok(r):
+            per_app.append(f"| {r['apps.*.load']} | {r['policy']} | "
+                           + " | ".join(fmt(num(r[f'app{i}.mean_ms'])) for i in range(napps)) + " |")
+    iso = {r["apps.*.load"]: r for r in rows if r["policy"] == "ISO" and ok(r)}
+    out = ["Mean latency (ms, mean over the apps):\n", pivot(rows, key, "mean_latency_ms", pols),
+           "\nLatency deviation (ms, summed over the apps):\n", pivot(rows, key, "latency_deviation_ms", pols, 2),
+           "\nPer app mean latency (ms); ISO targets: "
+           + ", ".join(f"{iso[next(iter(iso))][f'app{i}.app']} {fmt(num(iso[next(iter(iso))][f'app{i}.iso_ms']))}"
+                       for i in range(napps)) + "\n", "\n".join(per_app)]
+    errors = {r["policy"]: r["error"] for r in rows if not ok(r)}
+    for p, e in errors.items():
+        out.append(f"\n{p}: unsupported -- {e}")
+    bars(rows, key, "mean_latency_ms", pols, RESULTS / name / f"{name}.png", f"{name}: mean latency", "ms")
+    return "\n".join(out)
+
+
+def report_fig16(name: str = "fig16") -> str:
+    rows = rows_of(name)
+    pols = policies_in(rows)
+    key = lambda r: f"resnet50 8/9 + {r['apps.1.app']} 1/9"
+    out = ["Mean latency (ms) of the 1/9 app (high load, closed loop A):\n", pivot(rows, key, "app1.mean_ms", pols),
+           "\nMean latency (ms) of resnet50 at 8/9 (low load, closed loop C):\n", pivot(rows, key, "app0.mean_ms", pols, 2),
+           "\nLatency deviation (ms):\n", pivot(rows, key, "latency_deviation_ms", pols, 2)]
+    bars(rows, key, "app1.mean_ms", pols, RESULTS / name / f"{name}.png",
+         "Fig. 16 (workload E): latency of the 1/9 app relative to ISO", "mean latency / ISO", "ISO")
+    return "\n".join(out)
+
+
+def report_workload_d(name: str = "workload_d") -> str:
+    rows = rows_of(name)
+    pols = policies_in(rows)
+    for r in rows:
+        trace = "azure2021" if "azure2021" in str(r["apps.0.load"]) else "twitter"
+        r["case"] = f"{trace} {r['apps.0.quota']}-{r['apps.1.quota']}"
+    case = lambda r: r["case"]
+    out = ["Mean latency (ms), mean over the ten mutual pairs:\n", pivot(rows, case, "mean_latency_ms", pols),
+           "\nLatency deviation (ms):\n", pivot(rows, case, "latency_deviation_ms", pols, 2),
+           "\np99 latency of the first app (ms):\n", pivot(rows, case, "app0.p99_ms", pols),
+           "\nBLESS's mean latency reduction over each policy:\n",
+           reduction_table(reductions(rows, lambda r: (pair_of(r), r["case"])))]
+    bars(rows, case, "mean_latency_ms", pols, RESULTS / name / f"{name}.png",
+         "Workload D (traces): mean latency relative to ISO", "mean latency / ISO", "ISO")
+    return "\n".join(out)
+
+
+def report_fig19(name: str) -> str:
+    rows = rows_of(name)
+    param = "squad_size" if name.endswith("squad") else "split_ratio"
+    for r in rows:
+        r["series"] = "mean over pairs"
+    key = lambda r: fmt(num(r[param]), 0 if param == "squad_size" else 1)
+    table = ["| " + param + " | mean latency (ms) | latency deviation (ms) | mean squad (us) | restricted squads |",
+             "|---|---|---|---|---|"]
+    for k in dict.fromkeys(key(r) for r in rows):
+        sel = [r for r in rows if key(r) == k and ok(r)]
+        table.append(f"| {k} | {fmt(np.mean([r['mean_latency_ms'] for r in sel]), 2)} | "
+                     f"{fmt(np.mean([r['latency_deviation_ms'] for r in sel]), 2)} | "
+                     f"{fmt(np.mean([r['squad_mean_us'] for r in sel]), 0)} | "
+                     f"{np.mean([r['restricted_share'] for r in sel]):.0%} |")
+    lines(rows, param, "mean_latency_ms", lambda r: pair_of(r), RESULTS / name / f"{name}.png",
+          f"Fig. 19: BLESS mean latency vs {param} (10 mutual pairs, 50/50, workload B)", param, "mean latency (ms)")
+    return "Means over the ten mutual pairs:\n\n" + "\n".join(table)
+
+
+def report_fig20(name: str = "fig20") -> str:
+    rows = rows_of(name)
+    pols = policies_in(rows)
+    key = lambda r: str(r["apps.*.load"])
+    out = ["Mean latency (ms), mean over the ten mutual pairs at 50/50:\n", pivot(rows, key, "mean_latency_ms", pols, 2),
+           "\nLatency deviation (ms):\n", pivot(rows, key, "latency_deviation_ms", pols, 2),
+           "\nPer pair, mean latency (ms) over A/B/C:\n", pivot(rows, pair_of, "mean_latency_ms", pols, 2)]
+    bars(rows, pair_of, "mean_latency_ms", pols, RESULTS / name / f"{name}.png",
+         "Fig. 20 ablation: mean latency relative to full BLESS", "mean latency / BLESS", "BLESS")
+    return "\n".join(out)
+
+
+def report_slo(name: str = "slo") -> str:
+    rows = rows_of(name)
+    pols = policies_in(rows)
+    key = lambda r: f"{'tight' if r['apps.0.slo'] == '1.2x' else 'loose'} ({r['apps.0.slo']}, {r['apps.1.slo']})"
+    out = ["SLO violation rate (% of requests over their SLO, mean over the apps and the ten mutual pairs):\n",
+           pivot(rows, key, "slo_violation_rate", pols, 1, scale=100.0),
+           "\nPer pair (tight and loose together), %:\n", pivot(rows, pair_of, "slo_violation_rate", pols, 1, scale=100.0)]
+    bars(rows, key, "slo_violation_rate", pols, RESULTS / name / f"{name}.png",
+         "SLO violation rate (10 mutual pairs, workload B)", "share of requests over SLO")
+    return "\n".join(out)
+
+
+def report_training(name: str = "training") -> str:
+    rows = rows_of(name)
+    pols = policies_in(rows)
+    table = ["| pair | policy | job 1 iteration (ms) | job 2 iteration (ms) | deviation (ms) | iterations/s (sum) |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        if not ok(r):
+            table.append(f"| {pair_of(r)} | {r['policy']} | n/s | n/s | | |")
+            continue
+        table.append(f"| {pair_of(r)} | {r['policy']} | {fmt(r['app0.mean_ms'])} | {fmt(r['app1.mean_ms'])} | "
+                     f"{fmt(r['latency_deviation_ms'])} | {fmt(r['app0.throughput_rps'] + r['app1.throughput_rps'])} |")
+    bars(rows, pair_of, "mean_latency_ms", pols, RESULTS / name / f"{name}.png",
+         "Training pairs: mean iteration time relative to ISO", "iteration time / ISO", "ISO")
+    return "\n".join(table)
+
+
+def report_headline() -> str:
+    """The paper's three headline comparisons, from the results of the other experiments."""
+    out = []
+    inference = [n for n in ("fig13", "fig14", "fig15_4apps", "fig15_8apps", "fig16", "workload_d")
+                 if (RESULTS / n / "runs.csv").exists()]
+    red13 = reductions(rows_of("fig13"), lambda r: (r["apps.0.app"], r["apps.*.load"]))
+    every: dict[str, list[float]] = {}
+    for n in inference:
+        rows = rows_of(n)
+        keys = [k for k in rows[0] if k.startswith("apps.") or k in ("squad_size", "split_ratio", "seed")]
+        by: dict[tuple, dict[str, float]] = {}
+        for r in rows:
+            if ok(r):
+                by.setdefault(tuple(r.get(k) for k in keys), {})[r["policy"]] = r["mean_latency_ms"]
+        for c in by.values():
+            for p in BASELINES:
+                if "BLESS" in c and p in c:
+                    every.setdefault(p, []).append(1 - c["BLESS"] / c[p])
+    head = "| BLESS's mean latency reduction over | " + " | ".join(BASELINES) + " |\n|---|" + "---|" * len(BASELINES)
+    out += [head,
+            "| paper (inference workloads) | " + " | ".join(f"{PAPER_REDUCTION[p]:.1f} %" for p in BASELINES) + " |",
+            "| ours, Fig. 13 (15 cells) | " + " | ".join(f"{red13[p][0]:+.1f} %" for p in BASELINES) + " |",
+            "| ours, all inference experiments | " + " | ".join(
+                f"{100 * np.mean(every[p]):+.1f} % ({len(every[p])})" for p in BASELINES) + " |"]
+    dev_rows = rows_of("fig14")
+    pols = [p for p in ("BLESS", "TEMPORAL", "GSLICE", "MIG", "UNBOUND", "REEF+") if p in policies_in(dev_rows)]
+    out += ["", "| average latency deviation, Fig. 14 (ms) | " + " | ".join(pols) + " |", "|---|" + "---|" * len(pols),
+            "| paper | " + " | ".join(f"{PAPER_DEVIATION[p]:.1f}" if p in PAPER_DEVIATION else "" for p in pols) + " |",
+            "| ours | " + " | ".join(fmt(np.mean([r["latency_deviation_ms"] for r in dev_rows if r["policy"] == p and ok(r)]), 2)
+                                     for p in pols) + " |"]
+    slo_rows = rows_of("slo")
+    pols = [p for p in ("BLESS", "TEMPORAL", "GSLICE", "MIG", "UNBOUND", "REEF+") if p in policies_in(slo_rows)]
+    out += ["", "| SLO violation rate, §6.5 (%) | " + " | ".join(pols) + " |", "|---|" + "---|" * len(pols),
+            "| paper | 0.6 | 38.8 and 50.1 (two of the baselines) | | | | |",
+            "| ours | " + " | ".join(fmt(100 * np.mean([r["slo_violation_rate"] for r in slo_rows if r["policy"] == p and ok(r)]), 1)
+                                     for p in pols) + " |"]
+    return "\n".join(out)
+
+
+EXPERIMENTS: dict[str, Callable[[], str]] = {
+    "fig13": report_fig13,
+    "fig13_exp": lambda: report_fig13("fig13_exp"),
+    "fig14": report_fig14,
+    "fig15_4apps": lambda: report_multi("fig15_4apps"),
+    "fig15_8apps": lambda: report_multi("fig15_8apps"),
+    "fig16": report_fig16,
+    "workload_d": report_workload_d,
+    "fig19_squad": lambda: report_fig19("fig19_squad"),
+    "fig19_split": lambda: report_fig19("fig19_split"),
+    "fig20": report_fig20,
+    "slo": report_slo,
+    "training": report_training,
+}
+
+
+def run_sweep(name: str, jobs: int | None) -> float:
+    from bless.sweep import load_sweep, run_sweep as run
+
+    t0 = time.perf_counter()
+    result = run(load_sweep(HERE / f"{name}.yaml"), RESULTS / name, jobs)
+    print(f"{name}: {len(result.rows)} runs in {result.wall_seconds:.1f} s ({len(result.errors)} unsupported/failed)")
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="+", help=f"experiments: {', '.join(EXPERIMENTS)}, fig17, headline, or all")
+    p.add_argument("--rerun", action="store_true", help="run the sweeps even if results exist")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
+    args = p.parse_args(argv)
+    names = [*EXPERIMENTS, "fig17", "headline"] if args.names == ["all"] else args.names
+    for name in names:
+        if name == "fig17":
+            if args.rerun or not (RESULTS / "fig17" / "table.md").exists():
+                subprocess.run([sys.executable, str(HERE / "fig17_squad_duration.py")], check=True)
+            print((RESULTS / "fig17" / "table.md").read_text())
+            continue
+        if name == "headline":
+            md = report_headline()
+            (RESULTS / "headline.md").write_text(md + "\n")
+            print(md)
+            continue
+        if name not in EXPERIMENTS:
+            p.error(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}, fig17, headline, all")
+        if args.rerun or not (RESULTS / name / "runs.csv").exists():
+            run_sweep(name, args.jobs)
+        md = EXPERIMENTS[name]()
+        (RESULTS / name / "table.md").write_text(md + "\n")
+        print(f"## {name}\n\n{md}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

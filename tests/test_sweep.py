@@ -1,0 +1,84 @@
+"""Sweeps: grid and zip expansion, dotted keys, one CSV row per run, deterministic results."""
+
+import csv
+
+import pytest
+import yaml
+
+from bless.config import ConfigError
+from bless.sweep import WALL_COLUMNS, label, load_sweep, parse_sweep, run_sweep, set_path
+
+BASE = {
+    "duration": 0.15,
+    "warmup": 0.02,
+    "noise": 0.02,
+    "apps": [{"app": "resnet50", "quota": 0.5, "load": "B"}, {"app": "bert", "quota": 0.5, "load": "B"}],
+}
+
+
+def test_grid_is_a_cartesian_product_and_zip_pairs_keys():
+    sweep = parse_sweep({
+        "base": BASE,
+        "grid": {"policy": ["bless", {"name": "bless", "pacing": False}], "apps.*.load": ["A", "C"]},
+        "zip": [{"apps.0.quota": [0.25, 0.75], "apps.1.quota": [0.75, 0.25]}],
+    })
+    runs = list(sweep.runs())
+    assert len(sweep) == len(runs) == 2 * 2 * 2
+    values, cfg = runs[-1]
+    assert label(values["policy"]) == "bless(pacing=False)"
+    assert [a["load"] for a in cfg["apps"]] == ["C", "C"]
+    assert [a["quota"] for a in cfg["apps"]] == [0.75, 0.25]  # zipped keys move together
+    assert BASE["apps"][0]["load"] == "B"  # the base is never modified
+    assert sweep.keys == ["policy", "apps.*.load", "apps.0.quota", "apps.1.quota"]
+
+
+def test_set_path_and_errors():
+    raw = {"apps": [{"app": "a"}, {"app": "b"}]}
+    set_path(raw, "apps.1.quota", 0.3)
+    set_path(raw, "apps.*.slo", "2x")
+    set_path(raw, "policy.name", "bless")
+    assert raw == {"apps": [{"app": "a", "slo": "2x"}, {"app": "b", "quota": 0.3, "slo": "2x"}], "policy": {"name": "bless"}}
+    with pytest.raises(ConfigError, match="apps.5.quota"):
+        set_path(raw, "apps.5.quota", 1)
+    with pytest.raises(ConfigError, match="same length"):
+        parse_sweep({"base": BASE, "zip": [{"apps.0.quota": [0.1, 0.2], "apps.1.quota": [0.3]}]})
+    with pytest.raises(ConfigError, match="swept twice"):
+        parse_sweep({"base": BASE, "grid": {"seed": [1]}, "zip": [{"seed": [2]}]})
+    with pytest.raises(ConfigError, match="apps\\[0\\].quota"):
+        parse_sweep({"base": BASE, "grid": {"apps.0.quota": [2.0]}})
+    with pytest.raises(ConfigError, match="unknown sweep key"):
+        parse_sweep({"base": BASE, "grids": {}})
+
+
+def test_rows_per_run_errors_and_determinism(tmp_path):
+    sweep = parse_sweep({
+        "name": "t",
+        "base": BASE,
+        "grid": {"policy": ["bless", "gslice", "mig"], "seed": [0, 1]},
+    })
+    one = run_sweep(sweep, tmp_path / "one", jobs=1, plot=False)
+    two = run_sweep(sweep, tmp_path / "two", jobs=2, plot=False)
+    with (tmp_path / "two" / "runs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(sweep) == 6
+    assert [r["policy"] for r in rows] == ["bless", "bless", "gslice", "gslice", "mig", "mig"]
+    assert all("MigUnsupported" in r["error"] for r in rows if r["policy"] == "mig")
+    assert all(float(r["mean_latency_ms"]) > 0 and r["app1.app"] == "bert" for r in rows if r["policy"] != "mig")
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in WALL_COLUMNS} for r in rs]
+    assert strip(one.rows) == strip(two.rows)  # same results whatever the number of workers
+    assert len(two.summary) == 3 and two.summary[0]["runs"] == 2  # seeds averaged
+    assert (tmp_path / "two" / "apps.csv").exists() and (tmp_path / "two" / "summary.csv").exists()
+
+
+def test_base_from_files_and_cli(tmp_path, capsys):
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(BASE))
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump({"base": "run.yaml", "set": {"duration": 0.1}, "grid": {"seed": [0, 1]}}))
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump({"base": "a.yaml", "grid": {"policy": ["unbound"]}}))
+    sweep = load_sweep(tmp_path / "b.yaml")
+    assert sweep.base["duration"] == 0.1 and len(sweep) == 1  # another sweep's base, its 'set' applied
+    from bless.cli import main
+
+    assert main(["sweep", str(tmp_path / "a.yaml"), "--dry-run"]) == 0
+    assert "2 runs" in capsys.readouterr().out
+    assert main(["sweep", str(tmp_path / "a.yaml"), "--jobs", "1", "--out", str(tmp_path / "out"), "--no-plot"]) == 0
+    assert len((tmp_path / "out" / "runs.csv").read_text().splitlines()) == 3
