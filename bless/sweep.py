@@ -33,6 +33,7 @@ import math
 import multiprocessing
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -253,19 +254,23 @@ def run_sweep(
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
     t0 = time.perf_counter()
     done: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    def record(result: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
+        index, row, app_rows = result
+        done[index] = (row, app_rows)
+        if progress:
+            progress(len(done), len(work))
+
     if jobs == 1:
-        results = map(run_one, work)
-        for index, row, app_rows in results:
-            done[index] = (row, app_rows)
-            if progress:
-                progress(len(done), len(work))
+        for item in work:
+            record(run_one(item))
     else:
-        # fork: workers inherit the imported modules and compiled estimators.
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            for index, row, app_rows in pool.imap_unordered(run_one, work):
-                done[index] = (row, app_rows)
-                if progress:
-                    progress(len(done), len(work))
+        # spawn, not fork: a fork inherits whatever locks the parent's threads (torch, gRPC, BLAS)
+        # held at that instant, and CI hung that way. Spawned workers re-import bless and load the
+        # numba estimators from the on-disk cache. An executor (unlike multiprocessing.Pool) raises
+        # BrokenProcessPool when a worker dies instead of waiting forever for its result.
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for future in as_completed([pool.submit(run_one, item) for item in work]):
+                record(future.result())
     rows = [done[i][0] for i in range(len(work))]
     app_rows = [r for i in range(len(work)) for r in done[i][1]]
     result = SweepResult(rows, app_rows, summarise(rows, sweep.keys), wall_seconds=time.perf_counter() - t0)

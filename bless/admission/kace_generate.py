@@ -16,6 +16,7 @@ Runs are independent, so they are spread over worker processes.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -139,7 +140,9 @@ def generate(profiles: Sequence[Profile], gpu: str, seconds: float, jobs: int = 
     tasks = [((i,), gpu, seconds) for i in range(len(profiles))]
     tasks += [(pair, gpu, seconds) for pair in combinations_with_replacement(range(len(profiles)), 2)]
     if jobs > 1:
-        with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(list(profiles),)) as pool:
+        # spawn: forking a process whose other threads hold locks can deadlock the workers (see bless.sweep).
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(jobs, mp_context=spawn, initializer=_init_worker, initargs=(list(profiles),)) as pool:
             results = list(pool.map(_run, tasks))
     else:
         _init_worker(list(profiles))
