@@ -9,9 +9,12 @@ interface, so the same code profiles on the simulator and on a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -52,6 +55,23 @@ def estimate_max_sm_share(level_sms: np.ndarray, t: np.ndarray, blocks: int | No
     return float(min(1.0, max(share, 1.0 / sm_count)))
 
 
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Keep Python's garbage collector out of a burst of launches (as ``timeit`` does).
+
+    A collection between two launches can outlast the kernel in flight; the stream
+    then idles, and the next kernel's start event fires before the kernel reaches
+    the GPU, adding the pause to its measured time.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def profile_app(
     backend: Backend,
     app: Profile,
@@ -80,8 +100,9 @@ def profile_app(
             totals = np.empty(repeats)
             for rep in range(warmup + repeats):
                 backend.synchronize()
-                start = backend.now()
-                runs = [backend.launch(stream, handle, i, timed=True) for i in range(k)]
+                with _no_gc():
+                    start = backend.now()
+                    runs = [backend.launch(stream, handle, i, timed=True) for i in range(k)]
                 backend.synchronize()
                 if rep >= warmup:
                     samples[rep - warmup] = [r.end - r.start for r in runs]

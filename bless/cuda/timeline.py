@@ -10,12 +10,19 @@ which is safe because a stream wait captures the event's state when it is
 issued.
 
 Device times become host times through a per-context *anchor*: an event
-recorded on an idle stream of the context and synchronised at host time
-``h`` (the midpoint of record and return), so an event ``e`` of that context
-happened at ``h + elapsed(anchor, e)``.  Anchors are renewed every
-:data:`ANCHOR_MAX_AGE` seconds, which keeps ``cuEventElapsedTime`` (a float
-of milliseconds) precise and the GPU/host clock drift negligible; a launch
-keeps the anchor it was issued under until it is resolved.
+of that context whose host time is known, so an event ``e`` of the context
+happened at ``anchor.host + elapsed(anchor, e)``.  Recording an event and
+synchronising it between host times ``t0`` and ``t1`` proves it happened in
+``[t0, t1]`` (its *causal window*).  The first anchor takes ``t0`` of the
+narrowest of three such windows.  Every :data:`ANCHOR_MAX_AGE` seconds a new
+event is measured the same way (short elapsed times keep the float
+milliseconds of ``cuEventElapsedTime`` precise); its host time is *chained*
+from the old anchor through the device's elapsed time and moved only as far
+as needed to lie inside its own window.  So renewals never make device time
+jump, a jump happens only when the window proves the chain wrong (GPU/host
+clock drift, or a first anchor taken too early), and without drift it can
+only move times later: a stream's launches never appear to overlap across a
+renewal.  A launch keeps the anchor it was issued under until it is resolved.
 
 An untimed launch's start is estimated as the latest of the moments it could
 not have started before: its issue on the host, the end of the previous
@@ -31,8 +38,6 @@ from bless.cuda.driver import Driver
 
 ANCHOR_MAX_AGE = 1.0
 """Seconds an anchor is used before it is renewed."""
-ANCHOR_MAX_SPREAD = 200e-6
-"""A renewal whose record-to-return took longer than this (a busy GPU) is retried later."""
 
 
 class Anchor:
@@ -58,10 +63,11 @@ class ContextClock:
         self.stream = stream
         self._now = now
         self._free: list[Any] = []
-        tries = sorted((self._measure() for _ in range(3)), key=lambda m: m[1])
-        self.anchor = tries[0][0]
-        for anchor, _ in tries[1:]:
-            self.give(anchor.event)
+        tries = sorted((self._measure() for _ in range(3)), key=lambda m: m[2] - m[1])
+        event, earliest, _ = tries[0]
+        self.anchor = Anchor(event, earliest)
+        for other, _, _ in tries[1:]:
+            self.give(other)
 
     def take(self) -> Any:
         """A timing event of this context (recycled or new)."""
@@ -74,14 +80,12 @@ class ContextClock:
         self._free.append(event)
 
     def renew_if_old(self, now: float) -> None:
-        """Take a new anchor when the current one is older than :data:`ANCHOR_MAX_AGE`."""
+        """Take a new anchor, chained from the current one, when that is older than :data:`ANCHOR_MAX_AGE`."""
         if now - self.anchor.host <= ANCHOR_MAX_AGE:
             return
-        anchor, spread = self._measure()
-        if spread > ANCHOR_MAX_SPREAD:
-            self.give(anchor.event)
-            return
-        old, self.anchor = self.anchor, anchor
+        event, earliest, latest = self._measure()
+        elapsed = float(self.driver.call("cuEventElapsedTime", self.anchor.event, event)) * 1e-3
+        old, self.anchor = self.anchor, Anchor(event, min(max(self.anchor.host + elapsed, earliest), latest))
         old.retired = True
         if old.pending == 0:
             self.give(old.event)
@@ -92,13 +96,13 @@ class ContextClock:
         if anchor.retired and anchor.pending == 0:
             self.give(anchor.event)
 
-    def _measure(self) -> tuple[Anchor, float]:
+    def _measure(self) -> tuple[Any, float, float]:
+        """An event recorded on the idle clock stream, and its causal window on the host clock."""
         event = self.take()
         t0 = self._now()
         self.driver.call("cuEventRecord", event, self.stream)
         self.driver.call("cuEventSynchronize", event)
-        t1 = self._now()
-        return Anchor(event, 0.5 * (t0 + t1)), t1 - t0
+        return event, t0, self._now()
 
     def events(self) -> list[Any]:
         """Every event this clock holds (for destruction)."""
