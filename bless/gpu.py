@@ -63,6 +63,8 @@ class GpuSpec:
     """Device memory one extra green context costs (estimate, see README)."""
     granularity: dict[str, int] = field(default_factory=dict)
     """SM granularity per restriction mechanism (``mps``, ``green``)."""
+    tf32_flops: float = 0.0
+    """Peak dense TF32 tensor-core throughput in FLOP/s (0: no TF32 tensor cores)."""
     max_threads_per_sm: int = 2048
     max_blocks_per_sm: int = 32
     registers_per_sm: int = 65536
@@ -121,6 +123,7 @@ A100 = GpuSpec(
     memory_bytes=40 * GIB,
     fp32_flops=19.5e12,
     tensor_flops=312e12,
+    tf32_flops=156e12,
     compute_capability=(8, 0),
     context_memory_bytes=300 * MIB,
     green_context_memory_bytes=4 * MIB,
@@ -138,7 +141,8 @@ A100 = GpuSpec(
         MigProfile("7g.40gb", 7, 8, (0,)),
     ),
 )
-"""A100 40 GB SXM: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020).
+"""A100 40 GB SXM: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), Table 1: FP32 19.5,
+TF32 tensor 156, FP16 tensor 312 TFLOP/s dense; HBM2 1555 GB/s.
 MIG profiles and placements: NVIDIA Multi-Instance GPU User Guide, "A100 MIG
 profiles" (a GPC slice has 14 SMs, so 7g.40gb has 98 of the 108 SMs)."""
 
@@ -150,6 +154,7 @@ H100 = GpuSpec(
     memory_bytes=80 * GIB,
     fp32_flops=66.9e12,
     tensor_flops=989e12,
+    tf32_flops=494.7e12,
     compute_capability=(9, 0),
     context_memory_bytes=500 * MIB,
     green_context_memory_bytes=4 * MIB,
@@ -160,7 +165,8 @@ H100 = GpuSpec(
     mig_slice_sms=16,
     mig_memory_slices=8,
 )
-"""H100 SXM5 80 GB: NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022)."""
+"""H100 SXM5 80 GB: NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), Table 1 (SXM5):
+FP32 66.9, TF32 tensor 494.7, FP16 tensor 989.4 TFLOP/s dense (half the sparse figures); HBM3 3.35 TB/s."""
 
 GPUS: dict[str, GpuSpec] = {g.name: g for g in (A100, H100)}
 

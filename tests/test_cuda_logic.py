@@ -14,7 +14,7 @@ from bless.cuda.contexts import choose_mechanism, select_groups
 from bless.cuda.driver import CudaError, Driver, error_name, explain
 from bless.cuda.kernels import initial_contents, pack_args
 from bless.cuda.memory import BUFFER_ALIGN, layout
-from bless.cuda.plan import Arg, Buffer, PlanError, find_plan, load_plan
+from bless.plan import Arg, Buffer, PlanError, find_plan, load_plan
 from bless.cuda.timeline import estimate_start
 from bless.gpu import H100
 from bless.synthetic import synthetic_profile

@@ -400,7 +400,7 @@ def check_bless_run(backend_gpu: str, mechanism: str, duration: float) -> Check:
     """ResNet50 + BERT at 50/50 under BLESS on the GPU and on the simulator."""
     from bless.catalog import load_app
     from bless.config import config_from_dict
-    from bless.cuda.plan import find_plan
+    from bless.plan import find_plan
 
     apps = ("resnet50", "bert")
     try:

@@ -1,4 +1,11 @@
-"""``bless profile APP --gpu a100 --backend sim``: the offline profiler."""
+"""``bless profile APP --gpu a100 --backend sim``: the offline profiler.
+
+An APP with no profile for the GPU that is a model (an app of ``apps/`` or a
+user's ``.py`` file, :mod:`bless.models`) is built into a launch plan first, and
+the analytic model's prediction of that plan (:mod:`bless.predicted`) is the
+kernel list and, on the simulated GPU, the ground truth; the profile written then
+keeps the provenance "predicted".
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,10 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="time every kernel of an app at the 18 SM levels and write its profile")
-    p.add_argument("apps", nargs="+", metavar="APP", help="app name (see `bless apps list`) or a profile .json")
+    p.add_argument(
+        "apps", nargs="+", metavar="APP",
+        help="app name (see `bless apps list`), a profile .json, or a model .py file (built and predicted when no profile exists)",
+    )
     p.add_argument("--gpu", default="a100", help="GPU model (default a100)")
     p.add_argument("--backend", default="sim", help="backend to profile on: sim (default) or cuda")
     p.add_argument(
@@ -25,18 +35,19 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from bless.backend import create_backend
-    from bless.catalog import load_app
     from bless.profiler import profile_app
 
     console = Console()
     chosen = {} if args.mechanism is None else {"mechanism": args.mechanism}
     backend = create_backend(args.backend, gpu=args.gpu, **chosen)
     mechanism = backend.mechanism
-    for name in args.apps:
-        app = load_app(name, args.gpu)
+    apps = [app for name in args.apps for app in _profiles_or_predictions(name, args.gpu, mechanism, console)]
+    for app in apps:
         profile, report = profile_app(
             backend, app, repeats=args.repeats, warmup=args.warmup, mechanism=mechanism
         )
+        if app.provenance.method == "predicted" and backend.name == "sim":
+            profile = _keep_predicted(profile, app, report)
         path = profile.save(args.out / profile.gpu / f"{profile.app}.json")
         console.print(
             f"[bold]{profile.app}[/]: {profile.n_kernels} kernels x 18 levels x "
@@ -45,3 +56,39 @@ def run(args: argparse.Namespace) -> int:
             f"profiling cost {report.wall_seconds:.2f} s wall ({report.device_seconds:.2f} s device) -> {path}"
         )
     return 0
+
+
+def _profiles_or_predictions(name: str, gpu: str, mechanism: str, console) -> list:
+    """The app's profile for ``gpu``; else, for a model, the predicted profiles of its build plans."""
+    from bless.catalog import load_app
+    from bless.models import find, is_defined
+
+    try:
+        return [load_app(name, gpu)]
+    except ValueError as missing:
+        if not is_defined(name):
+            raise missing from None
+    from bless.compiler import build_app
+    from bless.predicted import predict_profile
+
+    out = []
+    for app in find(name):
+        result = build_app(app, gpu)
+        how = "cached build" if result.cached else f"built in {result.seconds:.1f} s"
+        console.print(f"{app.name}: no {gpu} profile; {how} ({len(result.plan.launches)} launches), predicting its kernels")
+        out.append(predict_profile(result.plan, gpu, mechanism=mechanism))
+    return out
+
+
+def _keep_predicted(profile, predicted, report):
+    """A sim profile of a predicted ground truth is still a prediction: say so, and how it was checked."""
+    from dataclasses import replace
+
+    details = dict(predicted.provenance.details)
+    details["simulated_check"] = {
+        "tool": profile.provenance.tool,
+        "source": profile.provenance.source,
+        "kernel_runs": report.kernel_runs,
+        "wall_seconds": round(report.wall_seconds, 4),
+    }
+    return replace(profile, provenance=replace(predicted.provenance, details=details))

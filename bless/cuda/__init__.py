@@ -8,8 +8,8 @@ is created, and a missing driver or GPU is reported as a
 Modules: ``driver`` (checked calls, error messages), ``device`` (the GPU and
 its primary context), ``contexts`` (SM-restricted context pools: green
 contexts and MPS), ``memory`` (one VMM arena per app, visible from every
-context), ``plan`` (the build plan of an app's kernels), ``kernels`` (image
+context), ``kernels`` (image
 loading and launch parameters), ``timeline`` (events, the device-to-host
 clock and launch records), ``backend`` (the Backend), ``mps`` (the MPS
-control daemon).
+control daemon).  Build plans are read by :mod:`bless.plan`.
 """

@@ -1,6 +1,6 @@
 """The CUDA backend: the :class:`~bless.backend.Backend` interface on a real NVIDIA GPU.
 
-* ``deploy`` finds the app's build plan (:mod:`bless.cuda.plan`), loads its
+* ``deploy`` finds the app's build plan (:mod:`bless.plan`), loads its
   kernel images once per process, allocates its buffers in one VMM arena
   every context can use, fills them (params and inputs seeded random,
   activations zero) and packs every launch's parameters once.
@@ -37,7 +37,7 @@ from bless.cuda.device import Device
 from bless.cuda.driver import CudaError, Driver, import_bindings, load_driver
 from bless.cuda.kernels import LaunchEntry, LibraryCache, fill_buffers, prepare_launches
 from bless.cuda.memory import Arena, layout
-from bless.cuda.plan import Plan, check_matches, find_plan, load_plan
+from bless.plan import Plan, check_matches, find_plan, load_plan
 from bless.cuda.timeline import ContextClock, CudaLaunch, CudaStream, Timeline, needs_wait
 from bless.gpu import GPUS, GpuSpec, get_gpu
 from bless.profile import Profile

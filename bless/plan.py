@@ -13,15 +13,23 @@ Written by ``bless apps build APP --gpu GPU`` into the build cache
                    "flops": 1.2e9, "dram_bytes": 3.4e6}]}
 
 Image files are relative to the plan's directory.  Launch ``k`` of the plan is
-kernel ``k`` of the app's profile.  This module is the only place the CUDA
-backend reads plans (the apps issue's reader can replace it here).
+kernel ``k`` of the app's profile.
+
+A plan with ``"descriptor_only": true`` lists kernels that could not be compiled
+(a training iteration traced op by op, :mod:`bless.compiler.train_trace`): each
+launch has its kernel name, FLOPs and DRAM bytes, and ``image``, ``grid``,
+``block`` and ``registers`` are null (shared memory absent, ``args`` empty);
+``images`` may be empty.  The analytic profiler can predict such a plan; the
+CUDA backend refuses to launch it (:func:`check_matches`).  This module is the only reader and writer
+of plans: the builder (:mod:`bless.compiler`), the CUDA backend and the analytic
+profiler all go through it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +76,10 @@ class Arg:
 @dataclass(frozen=True)
 class Launch:
     kernel: str
-    image: int
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
+    image: int | None
+    """None only in a descriptor-only plan (so are grid and block)."""
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
     shared_mem_dynamic: int
     shared_mem_static: int
     registers: int | None
@@ -89,6 +98,10 @@ class Plan:
     buffers: tuple[Buffer, ...]
     launches: tuple[Launch, ...]
     path: Path
+    build: dict = field(default_factory=dict, compare=False)
+    """How the plan was made (compiler versions, cache key, warnings); free-form, optional."""
+    descriptor_only: bool = False
+    """The launches are descriptors without kernel images: predictable, not launchable."""
 
     @property
     def memory_bytes(self) -> int:
@@ -105,11 +118,29 @@ def plan_path(app: str, gpu: str) -> Path:
     return cache_root() / "builds" / gpu / app / "plan.json"
 
 
+CACHE_VAR = "$BLESS_CACHE"
+
+
+def portable_path(path: Path) -> str:
+    """``path`` as recorded in a profile: under the build cache it is written ``$BLESS_CACHE/...``."""
+    try:
+        return f"{CACHE_VAR}/{Path(path).resolve().relative_to(cache_root().resolve()).as_posix()}"
+    except ValueError:
+        return str(path)
+
+
+def resolve_path(recorded: str) -> Path:
+    """The inverse of :func:`portable_path`, against the current build cache."""
+    if recorded.startswith(CACHE_VAR + "/"):
+        return cache_root() / recorded[len(CACHE_VAR) + 1 :]
+    return Path(recorded).expanduser()
+
+
 def find_plan(profile: Profile, gpu: str) -> Path:
     """The plan of ``profile``'s app on ``gpu``: the one its provenance names, else the build cache."""
     named = profile.provenance.details.get("plan")
-    if isinstance(named, str) and Path(named).expanduser().is_file():
-        return Path(named).expanduser()
+    if isinstance(named, str) and resolve_path(named).is_file():
+        return resolve_path(named)
     path = plan_path(profile.app, gpu)
     if path.is_file():
         return path
@@ -142,13 +173,18 @@ def plan_from_dict(raw: Any, path: Path) -> Plan:
         raise PlanError(f"format: expected {FORMAT!r}, got {raw.get('format')!r}")
     if raw.get("version") != VERSION:
         raise PlanError(f"version: this bless reads version {VERSION}, got {raw.get('version')!r}")
-    images = tuple(_image(v, i, path.parent) for i, v in enumerate(_list(raw, "images")))
+    descriptor_only = raw.get("descriptor_only", False)
+    if not isinstance(descriptor_only, bool):
+        raise PlanError(f"descriptor_only: expected true or false, got {descriptor_only!r}")
+    images = tuple(_image(v, i, path.parent) for i, v in enumerate(_list(raw, "images", allow_empty=descriptor_only)))
     buffers = tuple(_buffer(v, i) for i, v in enumerate(_list(raw, "buffers")))
     _unique_ids(images, "images")
     _unique_ids(buffers, "buffers")
     image_ids = {im.id for im in images}
     buffer_ids = {b.id for b in buffers}
-    launches = tuple(_launch(v, i, image_ids, buffer_ids) for i, v in enumerate(_list(raw, "launches")))
+    launches = tuple(
+        _launch(v, i, image_ids, buffer_ids, descriptor_only) for i, v in enumerate(_list(raw, "launches"))
+    )
     return Plan(
         app=_str(raw, "app", ""),
         gpu=_str(raw, "gpu", ""),
@@ -158,13 +194,69 @@ def plan_from_dict(raw: Any, path: Path) -> Plan:
         buffers=buffers,
         launches=launches,
         path=path,
+        build=raw.get("build") if isinstance(raw.get("build"), dict) else {},
+        descriptor_only=descriptor_only,
     )
 
 
-def _list(raw: dict, key: str) -> list:
+def plan_to_dict(plan: Plan) -> dict:
+    """The JSON object of ``plan`` (image files relative to ``plan.path``'s directory)."""
+    root = plan.path.parent
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        **({"descriptor_only": True} if plan.descriptor_only else {}),
+        "app": plan.app,
+        "gpu": plan.gpu,
+        "arch": plan.arch,
+        "batch": plan.batch,
+        "build": plan.build,
+        "images": [
+            {"id": im.id, "file": str(im.path.relative_to(root) if im.path.is_absolute() else im.path), "kind": im.kind}
+            for im in plan.images
+        ],
+        "buffers": [
+            {"id": b.id, "bytes": b.nbytes, "dtype": b.dtype, "shape": list(b.shape), "role": b.role}
+            for b in plan.buffers
+        ],
+        "launches": [_launch_to_dict(launch) for launch in plan.launches],
+    }
+
+
+def _launch_to_dict(launch: Launch) -> dict:
+    shared = {} if launch.grid is None else {
+        "shared_mem_dynamic": launch.shared_mem_dynamic, "shared_mem_static": launch.shared_mem_static,
+    }
+    return {
+        "kernel": launch.kernel,
+        "image": launch.image,
+        "grid": None if launch.grid is None else list(launch.grid),
+        "block": None if launch.block is None else list(launch.block),
+        **shared,
+        "registers": launch.registers,
+        "args": [
+            {"buffer": a.buffer} if a.buffer is not None else {"scalar": a.scalar, "dtype": a.dtype} for a in launch.args
+        ],
+        "flops": launch.flops,
+        "dram_bytes": launch.dram_bytes,
+    }
+
+
+def write_plan(plan: Plan) -> Path:
+    """Validate ``plan`` by reading it back, then write it to ``plan.path`` atomically."""
+    raw = plan_to_dict(plan)
+    plan_from_dict(json.loads(json.dumps(raw)), plan.path)
+    plan.path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = plan.path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(raw, indent=1) + "\n")
+    tmp.replace(plan.path)
+    return plan.path
+
+
+def _list(raw: dict, key: str, allow_empty: bool = False) -> list:
     v = raw.get(key)
-    if not isinstance(v, list) or not v:
-        raise PlanError(f"{key}: expected a non-empty list")
+    if not isinstance(v, list) or not (v or allow_empty):
+        raise PlanError(f"{key}: expected a {'' if allow_empty else 'non-empty '}list")
     return v
 
 
@@ -268,11 +360,12 @@ def _arg(v: Any, where: str, buffer_ids: set[int]) -> Arg:
     raise PlanError(f"{where.rstrip('.')}: expected {{'buffer': id}} or {{'scalar': value, 'dtype': ...}}")
 
 
-def _launch(v: Any, i: int, image_ids: set[int], buffer_ids: set[int]) -> Launch:
+def _launch(v: Any, i: int, image_ids: set[int], buffer_ids: set[int], descriptor_only: bool = False) -> Launch:
     where = f"launches[{i}]."
     d = _obj(v, f"launches[{i}]")
-    image = _int(d, "image", where)
-    if image not in image_ids:
+    shapeless = descriptor_only and d.get("grid") is None and d.get("block") is None
+    image = _int(d, "image", where, optional=descriptor_only)
+    if image is not None and image not in image_ids:
         raise PlanError(f"{where}image: no image has id {image}")
     args = d.get("args", [])
     if not isinstance(args, list):
@@ -280,8 +373,8 @@ def _launch(v: Any, i: int, image_ids: set[int], buffer_ids: set[int]) -> Launch
     return Launch(
         kernel=_str(d, "kernel", where),
         image=image,
-        grid=_dims(d, "grid", where),
-        block=_dims(d, "block", where),
+        grid=None if shapeless else _dims(d, "grid", where),
+        block=None if shapeless else _dims(d, "block", where),
         shared_mem_dynamic=_int(d, "shared_mem_dynamic", where) if "shared_mem_dynamic" in d else 0,
         shared_mem_static=_int(d, "shared_mem_static", where) if "shared_mem_static" in d else 0,
         registers=_int(d, "registers", where, optional=True),
@@ -292,7 +385,13 @@ def _launch(v: Any, i: int, image_ids: set[int], buffer_ids: set[int]) -> Launch
 
 
 def check_matches(plan: Plan, profile: Profile, gpu: str) -> None:
-    """The plan must be for ``gpu`` and list the profile's kernels in the same order."""
+    """The plan must be launchable, for ``gpu``, and list the profile's kernels in the same order."""
+    if plan.descriptor_only:
+        raise BackendError(
+            f"{plan.path}: the plan of {plan.app!r} is descriptor-only (kernel names, FLOPs and bytes of a "
+            f"{plan.build.get('kind', 'traced')} run, no kernel images, grids or argument buffers), so it cannot "
+            "run on a GPU; it can only be profiled with the analytic model (`bless profile ... --backend sim`)"
+        )
     if plan.gpu != gpu:
         raise BackendError(
             f"{plan.path}: the plan was built for {plan.gpu}, not {gpu}; rebuild with "

@@ -1,0 +1,126 @@
+"""Predicted profiles: a build plan in, a :class:`~bless.profile.Profile` out, no GPU needed.
+
+Each launch of the plan becomes one kernel of the profile (same order, same
+name, so the CUDA backend can launch the plan against it), timed at the 18
+levels by the analytic model (:mod:`bless.analytic`).  A launch without
+``dram_bytes`` is charged the bytes of the buffers it takes as arguments (each
+read or written once); one without ``flops`` is timed as memory and launch only.
+``T`` follows the rule of the A100 profiles: the sum of the kernels plus 3 us to
+launch the first one.  The memory footprint is the plan's buffers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+
+import numpy as np
+
+from bless import analytic
+from bless.gpu import GpuSpec, get_gpu
+from bless.plan import Launch, Plan, portable_path
+from bless.profile import KernelDesc, Profile, Provenance
+
+DEFAULT_PRECISION = "tf32"
+"""Predicted profiles time matmul-class kernels as cuDNN/cuBLAS run them under PyTorch's
+defaults (TF32 tensor cores): the same math as the measured A100 profiles, so A100 and
+H100 profiles of an app are comparable (tools/validate_analytic.py checks it on the A100)."""
+
+FIRST_LAUNCH_SECONDS = 3e-6
+"""Host time to launch the first kernel (the T rule of profiles/a100, profiles/README.md)."""
+
+
+NOMINAL_BLOCK = (256, 1, 1)
+NOMINAL_BYTES_PER_BLOCK = 4096
+"""A launch of a descriptor-only plan (a traced training iteration) has no shape: it is timed as
+256-thread blocks, one per 4 KiB it moves (4 fp32 values a thread, like PyTorch's vectorised
+elementwise kernels), which fills the GPU once it moves more than ~0.5 MB."""
+
+
+def launch_work(launch: Launch, plan: Plan, precision: str = "fp32") -> analytic.KernelWork:
+    """What the analytic model needs of one launch."""
+    dram = launch.dram_bytes
+    if dram is None:
+        sizes = {b.id: b.nbytes for b in plan.buffers}
+        dram = float(sum(sizes[a.buffer] for a in launch.args if a.buffer is not None))
+    return analytic.KernelWork(
+        name=launch.kernel,
+        grid=launch.grid or (max(1, math.ceil(dram / NOMINAL_BYTES_PER_BLOCK)), 1, 1),
+        block=launch.block or NOMINAL_BLOCK,
+        flops=launch.flops or 0.0,
+        dram_bytes=dram,
+        registers=launch.registers,
+        shared_mem=launch.shared_mem_static + launch.shared_mem_dynamic,
+        precision=precision,
+    )
+
+
+def predict_profile(
+    plan: Plan,
+    gpu: GpuSpec | str | None = None,
+    *,
+    kind: str = "inference",
+    mechanism: str = "mps",
+    precision: str = DEFAULT_PRECISION,
+    params: analytic.AnalyticParams | None = None,
+) -> Profile:
+    """The profile the analytic model predicts for ``plan`` on ``gpu`` (default: the plan's GPU).
+
+    ``precision`` (:data:`bless.analytic.PRECISIONS`) says whether matmul-class
+    kernels are timed on TF32 tensor cores, as the library kernels of the measured
+    A100 profiles ran, or on the FP32 cores, as the plan's own fp32 kernels would.
+    """
+    spec = get_gpu(gpu or plan.gpu) if not isinstance(gpu, GpuSpec) else gpu
+    params = params or analytic.params_for(spec)
+    levels = spec.level_sms(mechanism)
+    works = []
+    for i, launch in enumerate(plan.launches):
+        try:
+            works.append(launch_work(launch, plan, precision))
+        except ValueError as e:
+            raise ValueError(f"{plan.path}: launches[{i}]: {e}") from None
+    t = np.array([[analytic.duration(w, spec, n, params) for w in works] for n in levels])
+    kernels = tuple(
+        KernelDesc(
+            name=w.name,
+            grid=w.grid,
+            block=w.block,
+            registers=w.registers,
+            shared_mem=w.shared_mem,
+            max_sm_share=analytic.max_sm_share(w, spec, params),
+            dram_util=analytic.dram_util(w, spec, params),
+            flops=w.flops,
+            dram_bytes=w.dram_bytes,
+        )
+        for w in works
+    )
+    guessed = sum(1 for launch in plan.launches if launch.dram_bytes is None)
+    no_flops = sum(1 for launch in plan.launches if not launch.flops)
+    return Profile(
+        app=plan.app,
+        gpu=spec.name,
+        kind=kind,
+        batch=plan.batch,
+        level_sms=tuple(levels),
+        kernels=kernels,
+        t=t,
+        T=t.sum(axis=1) + FIRST_LAUNCH_SECONDS,
+        memory_bytes=plan.memory_bytes,
+        provenance=Provenance(
+            method="predicted",
+            gpu=spec.name,
+            source=f"analytic model (bless.analytic) on the build plan {portable_path(plan.path)} ({plan.arch})",
+            model="roofline + occupancy/wave quantisation + DRAM saturation + launch floor, "
+            f"constants fitted for {spec.name} ({params.provenance.get('data', 'see bless/analytic.py')})",
+            tool="bless.predicted.predict_profile",
+            details={
+                "plan": portable_path(plan.path),
+                "mechanism": mechanism,
+                "precision": precision,
+                "params": {k: v for k, v in asdict(params).items() if k != "provenance"},
+                "launches_without_dram_bytes": guessed,
+                "launches_without_flops": no_flops,
+                "T_rule": "sum of the kernels at the level + 3 us host launch of the first kernel",
+            },
+        ),
+    )
