@@ -209,14 +209,20 @@ def config_from_dict(raw: Any) -> RunConfig:
     )
 
 
-def load_config(path: str | Path) -> RunConfig:
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's contents; a missing or malformed file is a :class:`ConfigError` naming it."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML ({e})") from None
+
+
+def load_config(path: str | Path) -> RunConfig:
+    path = Path(path)
+    raw = read_yaml(path)
     try:
         return config_from_dict(raw)
     except ConfigError as e:

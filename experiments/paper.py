@@ -273,7 +273,7 @@ def report_fig19(name: str) -> str:
     param = "squad_size" if name.endswith("squad") else "split_ratio"
     for r in rows:
         r["series"] = "mean over pairs"
-    key = lambda r: fmt(num(r[param]), 0 if param == "squad_size" else 1)
+    key = lambda r: r[param] if isinstance(r[param], str) else fmt(r[param], 0 if param == "squad_size" else 1)
     table = ["| " + param + " | mean latency (ms) | latency deviation (ms) | mean squad (us) | restricted squads |",
              "|---|---|---|---|---|"]
     for k in dict.fromkeys(key(r) for r in rows):
@@ -336,7 +336,7 @@ def report_headline() -> str:
     every: dict[str, list[float]] = {}
     for n in inference:
         rows = rows_of(n)
-        keys = [k for k in rows[0] if k.startswith("apps.") or k in ("squad_size", "split_ratio", "seed")]
+        keys = [k for k in rows[0] if k.startswith("apps.") or k == "seed"]  # policy parameters are blank for baselines
         by: dict[tuple, dict[str, float]] = {}
         for r in rows:
             if ok(r):

@@ -107,3 +107,26 @@ def test_modes_force_a_kind():
     assert Determiner(A100, "sp").decide(squad_of(a, b)).restricted
     with pytest.raises(ValueError, match="determiner mode"):
         Determiner(A100, "magic")
+
+
+def test_semi_sp_estimate_spans_nsp_and_strict_split():
+    """Ratio 0 runs everything unrestricted, ratio 1 is the strict split; between, no faster than the parts allow."""
+    a, b = synthetic_profile("a", n_kernels=40, seed=3), synthetic_profile("b", n_kernels=40, seed=4)
+    det = Determiner(A100)
+    squad = squad_of(a, b, counts=[25, 25])
+    parts, split = det.best_split(squad)
+    assert det.estimate_semi_sp(squad, parts, 0.0) == pytest.approx(det.estimate_nsp(squad))
+    assert det.estimate_semi_sp(squad, parts, 1.0) == pytest.approx(split)
+    half = det.estimate_semi_sp(squad, parts, 0.5)
+    assert half >= max(det.tables(p).level_sums(0, 13)[n - 1] for p, n in zip((a, b), parts)) - 1e-12
+
+
+def test_adaptive_split_ratio_keeps_the_fastest_priced_choice():
+    from bless.determiner import RATIO_CHOICES
+
+    a, b = synthetic_profile("a", n_kernels=40, seed=5), synthetic_profile("b", n_kernels=40, seed=6)
+    squad = squad_of(a, b, counts=[25, 25])
+    cfg = Determiner(A100, mode="sp", split_ratio=None).decide(squad)
+    assert cfg.restricted and cfg.split_ratio in RATIO_CHOICES
+    fixed = [Determiner(A100, mode="sp", split_ratio=c).decide(squad).estimate for c in RATIO_CHOICES]
+    assert cfg.estimate == pytest.approx(min(fixed))

@@ -22,7 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=("sim", "cuda"), help="sim: simulated GPU in wall-clock time (default); cuda: a real GPU")
     p.add_argument("--mechanism", choices=("mps", "green"), help="SM restriction mechanism (default mps)")
     p.add_argument("--squad-size", type=int, help="kernels per squad (default 50)")
-    p.add_argument("--split-ratio", type=float, help="restricted share of a split squad (default 0.5)")
+    p.add_argument(
+        "--split-ratio", type=_split_ratio,
+        help="restricted share of a split squad (default 0.5), or 'auto': the determiner picks one per squad",
+    )
     p.add_argument("--state-dir", type=Path, help="where registered apps persist (default ~/.local/state/bless)")
     p.add_argument("--admin-token", default=os.environ.get("BLESS_ADMIN_TOKEN"),
                    help="token for mutating admin calls (default $BLESS_ADMIN_TOKEN, else generated into the state dir)")
@@ -64,3 +67,7 @@ def serve(args: argparse.Namespace) -> int:
     print(f"shutting down (up to {cfg.shutdown_grace:g} s to finish admitted requests)", flush=True)
     server.stop()
     return 1 if server.core.failure else 0
+
+
+def _split_ratio(text: str) -> float | str:
+    return text if text == "auto" else float(text)

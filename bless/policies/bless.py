@@ -42,6 +42,15 @@ def max_restricted_level(apps: list[AppState], gpu: GpuSpec, mechanism: str = "m
     return min(level, N_LEVELS - 1)
 
 
+def parse_split_ratio(value: float | str | None) -> float | None:
+    """A split ratio in [0, 1], or ``"auto"``/None: the determiner picks one per squad."""
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"split_ratio must be a number in [0, 1] or 'auto', got {value!r}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class SquadRecord:
     """What the runtime records per squad (for squad-duration statistics)."""
@@ -58,7 +67,7 @@ class BlessPolicy(Policy):
     def __init__(
         self,
         squad_size: int = 50,
-        split_ratio: float = 0.5,
+        split_ratio: float | str | None = 0.5,
         determiner: str = "auto",
         pacing: bool = True,
         mechanism: str = "mps",
@@ -67,10 +76,8 @@ class BlessPolicy(Policy):
     ) -> None:
         if squad_size < 1:
             raise ValueError(f"squad_size must be >= 1, got {squad_size}")
-        if not 0.0 <= split_ratio <= 1.0:
-            raise ValueError(f"split_ratio must be in [0, 1], got {split_ratio}")
         self.squad_size = squad_size
-        self.split_ratio = split_ratio
+        self.split_ratio = parse_split_ratio(split_ratio)
         self.determiner_mode = determiner
         self.pacing = pacing
         self.mechanism = mechanism
@@ -124,11 +131,11 @@ class BlessPolicy(Policy):
         self._last_limit.pop(request.rid, None)
 
     def _semi_sp(self, squad: Squad, config: SquadConfig, record: SquadRecord) -> Decision:
-        """The first ``split_ratio`` of each request's squad kernels restricted, the rest not."""
+        """The first ``config.split_ratio`` of each request's squad kernels restricted, the rest not."""
         plans: list[LaunchPlan] = []
         first_plan: list[tuple[int, int, int]] = []  # (restricted plan, restricted count, free plan)
         for e, parts in zip(squad.entries, config.partitions):
-            restricted = int(self.split_ratio * e.count + 0.5)
+            restricted = config.restricted_count(e.count)
             sms = self.gpu.sms_for_level(parts, self.mechanism)
             r_idx = f_idx = -1
             if restricted:
@@ -150,7 +157,7 @@ class BlessPolicy(Policy):
         return {
             "policy": self.name,
             "squad_size": self.squad_size,
-            "split_ratio": self.split_ratio,
+            "split_ratio": "auto" if self.split_ratio is None else self.split_ratio,
             "determiner": self.determiner_mode,
             "pacing": self.pacing,
         }

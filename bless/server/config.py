@@ -29,9 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from bless.config import ConfigError
+from bless.config import ConfigError, read_yaml
 from bless.gpu import get_gpu
 from bless.admission.colocation import SETTINGS as COLOCATION_SETTINGS, ColocationGate
 from bless.server.admission import AdmissionLimits
@@ -51,7 +49,7 @@ class ServerConfig:
     backend: str = "sim"
     mechanism: str = "mps"
     squad_size: int = 50
-    split_ratio: float = 0.5
+    split_ratio: float | str = 0.5
     state_dir: Path = field(default_factory=default_state_dir)
     admin_token: str | None = None
     max_queue: int = 1024
@@ -79,8 +77,10 @@ class ServerConfig:
             raise bad("mechanism", "mps or green", self.mechanism)
         if isinstance(self.squad_size, bool) or not isinstance(self.squad_size, int) or self.squad_size < 1:
             raise bad("squad_size", "an integer >= 1", self.squad_size)
-        if not isinstance(self.split_ratio, (int, float)) or not 0 <= self.split_ratio <= 1:
-            raise bad("split_ratio", "a number in [0, 1]", self.split_ratio)
+        if self.split_ratio != "auto" and (
+            isinstance(self.split_ratio, bool) or not isinstance(self.split_ratio, (int, float)) or not 0 <= self.split_ratio <= 1
+        ):
+            raise bad("split_ratio", "a number in [0, 1] or 'auto'", self.split_ratio)
         if isinstance(self.max_queue, bool) or not isinstance(self.max_queue, int) or self.max_queue < 1:
             raise bad("max_queue", "an integer >= 1", self.max_queue)
         if not isinstance(self.shutdown_grace, (int, float)) or self.shutdown_grace < 0:
@@ -128,10 +128,4 @@ def config_from_dict(raw: Any, where: str = "config") -> ServerConfig:
 
 
 def load_server_config(path: Path) -> ServerConfig:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
-    return config_from_dict(raw, str(path))
+    return config_from_dict(read_yaml(path), str(path))
