@@ -59,7 +59,7 @@ def predict_profile(
     plan: Plan,
     gpu: GpuSpec | str | None = None,
     *,
-    kind: str = "inference",
+    kind: str | None = None,
     mechanism: str = "mps",
     precision: str = DEFAULT_PRECISION,
     params: analytic.AnalyticParams | None = None,
@@ -69,7 +69,10 @@ def predict_profile(
     ``precision`` (:data:`bless.analytic.PRECISIONS`) says whether matmul-class
     kernels are timed on TF32 tensor cores, as the library kernels of the measured
     A100 profiles ran, or on the FP32 cores, as the plan's own fp32 kernels would.
+    ``kind`` defaults to what the plan's build says (a training iteration or inference).
     """
+    if kind is None:
+        kind = "training" if plan.build.get("kind") == "training" else "inference"
     spec = get_gpu(gpu or plan.gpu) if not isinstance(gpu, GpuSpec) else gpu
     params = params or analytic.params_for(spec)
     levels = spec.level_sms(mechanism)

@@ -140,3 +140,33 @@ def test_eager_forward_trace_is_the_inference_part_at_the_asked_batch(train_buil
     assert relu.flops is None and relu.dram_bytes == 2 * 2 * 8 * 8 * 8 * 4  # read and write, fp32
     launches = descriptor_launches(ops)
     assert [(l.kernel, l.flops, l.grid) for l in launches] == [(o.op, o.flops, None) for o in ops]
+
+
+def test_cli_profiles_a_training_iteration(train_build, tmp_path, capsys):
+    from bless.cli import main
+    from bless.profile import load_profile
+
+    app, result = train_build
+    assert main(["profile", str(app.source), "--train", "--gpu", "h100", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    profile = load_profile(tmp_path / "h100" / "tiny_train.json")
+    assert (profile.app, profile.kind, profile.batch) == ("tiny_train", "training", 4)
+    assert profile.n_kernels == len(result.plan.launches) and profile.provenance.method == "predicted"
+    # An inference profile is not silently taken for a training one.
+    assert main(["profile", "resnet50", "--train", "--gpu", "a100", "--out", str(tmp_path)]) == 0
+    assert load_profile(tmp_path / "a100" / "resnet50_train.json").kind == "training"
+    inference = str(Path(__file__).parents[1] / "profiles" / "a100" / "resnet50.json")
+    assert main(["profile", inference, "--train", "--out", str(tmp_path)]) == 2
+    assert f"--train: {inference} is an inference profile" in capsys.readouterr().err
+
+
+def test_training_memory_counts_the_activations_saved_for_backward(train_build):
+    plan = train_build[1].plan
+    by_role = {b.role: b.nbytes for b in plan.buffers}
+    params = by_role["param"]
+    assert params == 4 * (8 * 3 * 3 * 3 + 8 + 10 * 8 * 8 * 8 + 10)
+    assert by_role["workspace"] == 2 * params  # gradients + momentum
+    # Saved for backward: ReLU's output (4 x 8 x 8 x 8 float32), once, though the linear layer saves a
+    # flattened view of it too; the conv's input is the batch and the weights are parameters, counted
+    # already; the mean loss saves nothing.
+    assert by_role["activation"] == 4 * 8 * 8 * 8 * 4
+    assert plan.memory_bytes == sum(by_role.values())

@@ -1,7 +1,8 @@
 """``bless profile APP --gpu a100 --backend sim``: the offline profiler.
 
 An APP with no profile for the GPU that is a model (an app of ``apps/`` or a
-user's ``.py`` file, :mod:`bless.models`) is built into a launch plan first, and
+user's ``.py`` file, :mod:`bless.models`) is built into a launch plan first (with
+``--train``, the descriptor-only plan of one training iteration), and
 the analytic model's prediction of that plan (:mod:`bless.predicted`) is the
 kernel list and, on the simulated GPU, the ground truth; the profile written then
 keeps the provenance "predicted".
@@ -25,6 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--mechanism", default=None, choices=("mps", "green"),
         help="SM restriction mechanism (default: the backend's; mps on sim, green contexts on cuda when the driver has them)",
     )
+    p.add_argument(
+        "--train", action="store_true",
+        help="profile one training iteration (APP_train) instead of inference; a model is traced into a training plan",
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed runs per level (median kept)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs per level")
     p.add_argument("--out", type=Path, default=Path("results/profiles"), help="output directory (GPU subfolder added)")
@@ -41,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     chosen = {} if args.mechanism is None else {"mechanism": args.mechanism}
     backend = create_backend(args.backend, gpu=args.gpu, **chosen)
     mechanism = backend.mechanism
-    apps = [app for name in args.apps for app in _profiles_or_predictions(name, args.gpu, mechanism, console)]
+    apps = [
+        app for name in args.apps for app in _profiles_or_predictions(name, args.gpu, mechanism, console, args.train)
+    ]
     for app in apps:
         profile, report = profile_app(
             backend, app, repeats=args.repeats, warmup=args.warmup, mechanism=mechanism
@@ -58,24 +65,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _profiles_or_predictions(name: str, gpu: str, mechanism: str, console) -> list:
+def _profiles_or_predictions(name: str, gpu: str, mechanism: str, console, train: bool = False) -> list:
     """The app's profile for ``gpu``; else, for a model, the predicted profiles of its build plans."""
     from bless.catalog import load_app
     from bless.models import find, is_defined
 
     try:
-        return [load_app(name, gpu)]
+        profile = load_app(f"{name}_train" if train and is_defined(name) else name, gpu)
     except ValueError as missing:
         if not is_defined(name):
             raise missing from None
+    else:
+        if train and profile.kind != "training":
+            raise ValueError(f"--train: {name} is an {profile.kind} profile; give a training profile or a model")
+        return [profile]
     from bless.compiler import build_app
     from bless.predicted import predict_profile
 
     out = []
     for app in find(name):
-        result = build_app(app, gpu)
+        result = build_app(app, gpu, train=train)
         how = "cached build" if result.cached else f"built in {result.seconds:.1f} s"
-        console.print(f"{app.name}: no {gpu} profile; {how} ({len(result.plan.launches)} launches), predicting its kernels")
+        console.print(
+            f"{result.plan.app}: no {gpu} profile; {how} ({len(result.plan.launches)} launches), predicting its kernels"
+        )
         out.append(predict_profile(result.plan, gpu, mechanism=mechanism))
     return out
 

@@ -146,9 +146,11 @@ def _trace_training(app: App, gpu: str, seed: int, path: Path, key: str | None, 
     inputs = [Buffer(id=i, nbytes=nbytes, dtype=dtype, shape=shape, role="input")
               for i, (shape, dtype, nbytes) in enumerate(step.inputs)]
     n = len(inputs)
-    state = [  # parameters, then their gradients and momentum buffers; activations are not listed
+    state = [  # parameters, their gradients and momentum buffers, the activations saved for backward
         Buffer(id=n, nbytes=step.param_bytes, dtype="uint8", shape=(step.param_bytes,), role="param"),
         Buffer(id=n + 1, nbytes=2 * step.param_bytes, dtype="uint8", shape=(2 * step.param_bytes,), role="workspace"),
+        Buffer(id=n + 2, nbytes=step.activation_bytes, dtype="uint8", shape=(step.activation_bytes,),
+               role="activation"),
     ]
     plan = Plan(
         app=plan_name(app, True),
@@ -169,7 +171,9 @@ def _trace_training(app: App, gpu: str, seed: int, path: Path, key: str | None, 
             flops_source="torch.utils.flop_counter formulas (matmul, convolution, attention and their "
             "backwards); null for the other operators",
             dram_bytes_source="sum of the sizes of each operator's distinct input and output tensors",
-            buffers="inputs, parameters, gradients + momentum; activations are not listed",
+            buffers="inputs, parameters, gradients + momentum, and the activations autograd saves for the "
+            "backward pass (distinct storages; the forward pass's transient tensors and library workspaces are "
+            "not counted)",
             warnings=[],
         ),
     )

@@ -56,6 +56,9 @@ class TracedStep:
     """(shape, dtype, bytes) of each input tensor."""
     param_bytes: int
     """Parameters; their gradients and momentum buffers are as large again each."""
+    activation_bytes: int
+    """Distinct storages autograd saved for the backward pass, parameters and inputs excluded:
+    the activations held at the end of the forward pass, where training memory peaks."""
 
 
 _NO_KERNEL = frozenset({
@@ -76,13 +79,23 @@ def trace_training_step(app: App, seed: int) -> TracedStep:
         optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)  # steady state: not the first step's clone
     recorder = _Recorder()
     optimizer.register_step_pre_hook(lambda *_: recorder.enter_optimizer())
+    held = {t.untyped_storage().data_ptr() for t in (*module.parameters(), *inputs)}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in held:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
     torch.manual_seed(seed + 2)
-    with recorder:
+    with recorder, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         training_step(app, module, inputs, optimizer)
     return TracedStep(
         ops=tuple(recorder.ops),
         inputs=tuple((tuple(x.shape), str(x.dtype).removeprefix("torch."), x.numel() * x.element_size()) for x in inputs),
         param_bytes=sum(p.numel() * p.element_size() for p in module.parameters()),
+        activation_bytes=sum(saved.values()),
     )
 
 
