@@ -76,6 +76,17 @@ class Policy(ABC):
         """Host seconds the policy spent deciding ``decision`` (charged on a virtual clock)."""
         return 0.0
 
+    def decide_ahead(self, now: float, apps: list[AppState], running: Decision) -> Decision | None:
+        """The decision to launch after the squad ``running``, taken while it runs on the GPU.
+
+        The executor uses it only if no request was activated, finished or
+        re-quota'd meanwhile, and decides afresh otherwise; None: always afresh.
+        """
+        return None
+
+    def on_launch(self, decision: Decision) -> None:
+        """The executor launched ``decision`` (a decision taken ahead may be dropped, never launched)."""
+
     def on_complete(self, request: Request, now: float) -> None:
         """A request finished (its last kernel ended at ``request.end``)."""
 

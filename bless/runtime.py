@@ -175,6 +175,8 @@ class Executor:
         """Called after a decision is launched, before the host waits for it (the server's live counts)."""
         self.wake_at = math.inf
         """The wake-up time the latest decision asked for (inf: none)."""
+        self._ahead: tuple[Decision, tuple] | None = None
+        """A decision taken while the previous squad ran, and the request state it assumed."""
 
     def close(self) -> None:
         for app in self.apps:
@@ -185,6 +187,7 @@ class Executor:
         if any(a.index == app.index for a in self.apps):
             raise ValueError(f"app index {app.index} is already in use")
         apps = [*self.apps, app]
+        self._ahead = None
         self.policy.setup(apps, self.backend.gpu)
         self.manager.deploy(app, self.policy.context_limits(app, self.backend.gpu))
         self.apps.append(app)
@@ -197,6 +200,7 @@ class Executor:
         if any(r.app is app for r in self.launched):
             raise RuntimeError(f"app {app.name!r} still has kernels on the GPU; wait for them first")
         # The active request has launched nothing (it is not in self.launched): it is queued too.
+        self._ahead = None
         queued = ([app.active] if app.active is not None else []) + list(app.queue)
         app.queue.clear()
         app.active = None
@@ -208,16 +212,18 @@ class Executor:
     def step(self, deadline: float) -> tuple[list[Request], bool]:
         """One decision; returns (finished requests, whether anything was launched)."""
         backend = self.backend
-        decision = self.policy.step(backend.now(), self.apps)
+        decision, cost = self._decide()
         launched = decision is not None and bool(decision.plans)
         self.wake_at = decision.wake_at if decision is not None else math.inf
         if launched:
-            backend.charge_host(self.policy.decision_cost(decision))
+            backend.charge_host(cost)
+            self.policy.on_launch(decision)
             launches = self.manager.execute(decision)
             self.launched.update(p.request for p in decision.plans)
             if self.on_launch is not None:
                 self.on_launch(decision)
             if decision.sync:
+                self._decide_ahead(decision)
                 backend.synchronize()
                 self._record_squad(decision, launches)
                 finished = backend.wait(backend.now())
@@ -239,6 +245,30 @@ class Executor:
             self.policy.on_complete(req, run.end)
             done.append(req)
         return done, launched
+
+    def _decide(self) -> tuple[Decision | None, float]:
+        """The decision taken ahead if the requests are as it assumed (its cost is paid), else a new one."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            for app in self.apps:
+                app.activate()
+            if ahead[1] == self._request_state():
+                return ahead[0], 0.0
+        decision = self.policy.step(self.backend.now(), self.apps)
+        return decision, self.policy.decision_cost(decision) if decision is not None and decision.plans else 0.0
+
+    def _decide_ahead(self, running: Decision) -> None:
+        """Let the policy take its next decision on the host while ``running`` occupies the GPU."""
+        ahead = self.policy.decide_ahead(self.backend.now(), self.apps, running)
+        if ahead is not None and ahead.plans:
+            self.backend.charge_host(self.policy.decision_cost(ahead))
+            self._ahead = (ahead, self._request_state())
+
+    def _request_state(self) -> tuple:
+        """What a decision depends on besides progress: each app's active request and its latency targets."""
+        return tuple(
+            (a.index, None if a.active is None else a.active.rid, a.iso_latency, a.target) for a in self.apps
+        )
 
     def _record_squad(self, decision, launches: list) -> None:
         """Squad duration on the device: first kernel start to last kernel end."""

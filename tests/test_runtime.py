@@ -47,11 +47,15 @@ def test_lone_request_runs_unrestricted_on_the_whole_gpu():
     prof = synthetic_profile("solo", n_kernels=120, mean_us=30, seed=4)
     backend, result = run(BlessPolicy(), [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
     assert all(launch.stream.context.sm_limit is None for _, _, launch in backend.log)
-    # Alone, a request takes its full-GPU time plus the host's costs: per squad a
-    # sync and a first launch, per kernel the scheduling decision.
+    # Alone, a request takes its full-GPU time plus the host's costs: per squad a sync and a
+    # first launch, and the first squad's scheduling decision; every later squad is decided
+    # while the one before it runs.
     squads = -(-prof.n_kernels // 50)
-    host = squads * 23e-6 + prof.n_kernels * DECIDE_PER_KERNEL
+    host = squads * 23e-6 + 50 * DECIDE_PER_KERNEL
     assert result.apps[0].mean == pytest.approx(prof.T[-1] + host, rel=0.02)
+    _, serial = run(BlessPolicy(ahead=False), [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
+    hidden = (prof.n_kernels - 50) * DECIDE_PER_KERNEL
+    assert serial.apps[0].mean - result.apps[0].mean == pytest.approx(hidden, rel=1e-6)
 
 
 def test_deterministic_for_a_seed():

@@ -73,6 +73,7 @@ class BlessPolicy(Policy):
         mechanism: str = "mps",
         switch_cost: float = HostCosts().context_switch,
         decide_per_kernel: float = DECIDE_PER_KERNEL,
+        ahead: bool = True,
     ) -> None:
         if squad_size < 1:
             raise ValueError(f"squad_size must be >= 1, got {squad_size}")
@@ -82,8 +83,10 @@ class BlessPolicy(Policy):
         self.pacing = pacing
         self.mechanism = mechanism
         self.switch_cost = switch_cost
-        self.decide_per_kernel = decide_per_kernel
         """Context-switch idle time the determiner weighs against a split's gain."""
+        self.decide_per_kernel = decide_per_kernel
+        self.ahead = ahead
+        """Build and configure the next squad while the current one runs (hides the decision's host time)."""
         self._last_limit: dict[int, int | None] = {}
         """Per request id: SM limit of its latest launched kernel."""
         self.determiner: Determiner | None = None
@@ -111,6 +114,8 @@ class BlessPolicy(Policy):
             return None
         active.sort(key=lambda r: (r.arrival, r.rid))
         squad = build_squad(active, now, self.squad_size, self.pacing)
+        if not squad.entries:
+            return None  # every active request has all its kernels launched already
         prev = [self._last_limit.get(e.request.rid) for e in squad.entries]
         config = self.determiner.decide(squad, prev)
         record = SquadRecord(squad, config)
@@ -119,9 +124,17 @@ class BlessPolicy(Policy):
             decision = Decision(plans, squad.order, sync=True, info=record)
         else:
             decision = self._semi_sp(squad, config, record)
+        return decision
+
+    def decide_ahead(self, now: float, apps: list[AppState], running: Decision) -> Decision | None:
+        """The next squad, as the scheduler would build it when ``running`` ends (its estimated end)."""
+        if not self.ahead:
+            return None
+        return self.step(now + running.info.config.estimate, apps)
+
+    def on_launch(self, decision: Decision) -> None:
         for p in decision.plans:
             self._last_limit[p.request.rid] = p.sm_limit
-        return decision
 
     def decision_cost(self, decision: Decision) -> float:
         """Squad building and configuration search, per scheduled kernel."""
@@ -160,4 +173,5 @@ class BlessPolicy(Policy):
             "split_ratio": "auto" if self.split_ratio is None else self.split_ratio,
             "determiner": self.determiner_mode,
             "pacing": self.pacing,
+            "ahead": self.ahead,
         }
