@@ -242,15 +242,15 @@ def _launch_to_dict(launch: Launch) -> dict:
     }
 
 
-def write_plan(plan: Plan) -> Path:
-    """Validate ``plan`` by reading it back, then write it to ``plan.path`` atomically."""
+def write_plan(plan: Plan) -> Plan:
+    """Validate ``plan`` by reading it back, write it to ``plan.path`` atomically, return what was read back."""
     raw = plan_to_dict(plan)
-    plan_from_dict(json.loads(json.dumps(raw)), plan.path)
+    written = plan_from_dict(json.loads(json.dumps(raw)), plan.path)
     plan.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = plan.path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(raw, indent=1) + "\n")
     tmp.replace(plan.path)
-    return plan.path
+    return written
 
 
 def _list(raw: dict, key: str, allow_empty: bool = False) -> list:

@@ -70,10 +70,11 @@ def _profiles_or_predictions(name: str, gpu: str, mechanism: str, console, train
     from bless.catalog import load_app
     from bless.models import find, is_defined
 
+    model = train and is_defined(name)  # otherwise asked only when no profile exists (it imports the models)
     try:
-        profile = load_app(f"{name}_train" if train and is_defined(name) else name, gpu)
+        profile = load_app(f"{name}_train" if model else name, gpu)
     except ValueError as missing:
-        if not is_defined(name):
+        if not (model or is_defined(name)):
             raise missing from None
     else:
         if train and profile.kind != "training":

@@ -131,8 +131,7 @@ def _compile(app: App, gpu: str, seed: int, path: Path, key: str | None, start: 
             warnings=notes,
         ),
     )
-    write_plan(plan)
-    return load_plan(path)
+    return write_plan(plan)
 
 
 def _trace_training(app: App, gpu: str, seed: int, path: Path, key: str | None, start: float) -> Plan:
@@ -177,8 +176,7 @@ def _trace_training(app: App, gpu: str, seed: int, path: Path, key: str | None, 
             warnings=[],
         ),
     )
-    write_plan(plan)
-    return load_plan(path)
+    return write_plan(plan)
 
 
 def _build_record(app: App, key: str | None, kind: str, seed: int, start: float, **details) -> dict:

@@ -119,12 +119,10 @@ class BlessPolicy(Policy):
         prev = [self._last_limit.get(e.request.rid) for e in squad.entries]
         config = self.determiner.decide(squad, prev)
         record = SquadRecord(squad, config)
-        if not config.restricted:
-            plans = tuple(LaunchPlan(e.request, e.start, e.count) for e in squad.entries)
-            decision = Decision(plans, squad.order, sync=True, info=record)
-        else:
-            decision = self._semi_sp(squad, config, record)
-        return decision
+        if config.restricted:
+            return self._semi_sp(squad, config, record)
+        plans = tuple(LaunchPlan(e.request, e.start, e.count) for e in squad.entries)
+        return Decision(plans, squad.order, sync=True, info=record)
 
     def decide_ahead(self, now: float, apps: list[AppState], running: Decision) -> Decision | None:
         """The next squad, as the scheduler would build it when ``running`` ends (its estimated end)."""

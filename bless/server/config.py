@@ -32,6 +32,7 @@ from typing import Any
 from bless.config import ConfigError, read_yaml
 from bless.gpu import get_gpu
 from bless.admission.colocation import SETTINGS as COLOCATION_SETTINGS, ColocationGate
+from bless.policies.bless import parse_split_ratio
 from bless.server.admission import AdmissionLimits
 
 
@@ -77,10 +78,10 @@ class ServerConfig:
             raise bad("mechanism", "mps or green", self.mechanism)
         if isinstance(self.squad_size, bool) or not isinstance(self.squad_size, int) or self.squad_size < 1:
             raise bad("squad_size", "an integer >= 1", self.squad_size)
-        if self.split_ratio != "auto" and (
-            isinstance(self.split_ratio, bool) or not isinstance(self.split_ratio, (int, float)) or not 0 <= self.split_ratio <= 1
-        ):
-            raise bad("split_ratio", "a number in [0, 1] or 'auto'", self.split_ratio)
+        try:
+            parse_split_ratio(self.split_ratio)
+        except ValueError:
+            raise bad("split_ratio", "a number in [0, 1] or 'auto'", self.split_ratio) from None
         if isinstance(self.max_queue, bool) or not isinstance(self.max_queue, int) or self.max_queue < 1:
             raise bad("max_queue", "an integer >= 1", self.max_queue)
         if not isinstance(self.shutdown_grace, (int, float)) or self.shutdown_grace < 0:
