@@ -39,6 +39,8 @@ class AppResult:
     slo: float | None
     latencies: np.ndarray
     queue_times: np.ndarray
+    arrivals: np.ndarray
+    """Arrival of each measured request, seconds after the run started (same order as ``latencies``)."""
     window: float
     submitted: int
     failed: int = 0
@@ -397,6 +399,7 @@ class Runtime:
                     slo=app.slo,
                     latencies=np.array([r.latency for r in window]),
                     queue_times=np.array([r.queue_time for r in window]),
+                    arrivals=np.array([r.arrival - self._t0 for r in window]),
                     window=self.duration - self.warmup,
                     submitted=self._submitted[app.index],
                 )

@@ -6,9 +6,11 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
+from bless.config import config_from_dict
 from bless.policies.bless import DECIDE_PER_KERNEL, BlessPolicy
 from bless.policies.unbound import UnboundPolicy
 from bless.requests import AppState
+from bless.run import run_config
 from bless.runtime import Runtime
 from bless.synthetic import synthetic_profile
 from bless.workload import ClosedLoop, Poisson, parse_load
@@ -73,3 +75,25 @@ def test_quota_shapes_the_share_of_kernels_in_squads():
     big, small = result.apps
     assert big.mean < small.mean
     assert big.mean <= big.iso_latency and small.mean <= small.iso_latency
+
+
+
+def test_pacing_pulls_two_identical_closed_loops_into_lockstep():
+    """While two identical requests overlap, pacing keeps their progress ratios
+    equal, so the later one finishes with the lower latency: the stagger between
+    the closed loops shrinks by about T[100%] / L per cycle
+    (``experiments/lockstep.py`` derives it)."""
+    cfg = config_from_dict({
+        "gpu": "a100", "duration": 0.5, "warmup": 0.0, "seed": 0, "noise": 0.02, "policy": "bless",
+        "apps": [{"app": "resnet50", "quota": 0.5, "load": "B"}, {"app": "resnet50", "quota": 0.5, "load": "B"}],
+    })
+    a, b = run_config(cfg).apps
+    assert np.all(np.diff(a.arrivals) > 0) and len(a.arrivals) == len(a.latencies)
+    n = min(len(a.arrivals), len(b.arrivals))
+    gaps = np.abs(b.arrivals[:n] - a.arrivals[:n])
+    assert gaps[0] > 0.2 * a.iso_latency, "the loads should start apart for this test to mean anything"
+    ratios = [y / x for x, y in zip(gaps, gaps[1:]) if x > 0.05 * a.iso_latency]
+    assert len(ratios) >= 3
+    predicted = a.solo_latency / np.mean([a.latencies[0], b.latencies[0]])
+    assert np.median(ratios) == pytest.approx(predicted, abs=0.05)
+    assert gaps[-1] < 0.02 * a.iso_latency
