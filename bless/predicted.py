@@ -12,6 +12,7 @@ launch the first one.  The memory footprint is the plan's buffers.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict
 
 import numpy as np
@@ -21,10 +22,17 @@ from bless.gpu import GpuSpec, get_gpu
 from bless.plan import Launch, Plan, portable_path
 from bless.profile import KernelDesc, Profile, Provenance
 
-DEFAULT_PRECISION = "tf32"
-"""Predicted profiles time matmul-class kernels as cuDNN/cuBLAS run them under PyTorch's
-defaults (TF32 tensor cores): the same math as the measured A100 profiles, so A100 and
-H100 profiles of an app are comparable (tools/validate_analytic.py checks it on the A100)."""
+DEFAULT_PRECISION = "auto"
+"""``auto``: each kernel at the precision it actually runs.  A compiled kernel whose PTX
+issues tensor-core instructions (``mma``/``wmma``/``wgmma``) is timed on tensor cores
+(TF32 for fp32 data), any other compiled kernel on the FP32 cores: TVM's default
+schedules compile fp32 models to plain FMA code.  A descriptor-only launch (a traced
+eager operator) stands for the cuDNN/cuBLAS kernel PyTorch would run, TF32 under its
+defaults, as the measured A100 profiles ran.  ``tf32`` or ``fp32`` force one precision
+for every kernel (``tf32``: library-like speed, what tools/validate_analytic.py also
+compares with the measured eager profiles)."""
+
+TENSOR_CORE_OPCODES = re.compile(r"\b(?:mma|wmma|wgmma)\.")
 
 FIRST_LAUNCH_SECONDS = 3e-6
 """Host time to launch the first kernel (the T rule of profiles/a100, profiles/README.md)."""
@@ -35,6 +43,29 @@ NOMINAL_BYTES_PER_BLOCK = 4096
 """A launch of a descriptor-only plan (a traced training iteration) has no shape: it is timed as
 256-thread blocks, one per 4 KiB it moves (4 fp32 values a thread, like PyTorch's vectorised
 elementwise kernels), which fills the GPU once it moves more than ~0.5 MB."""
+
+
+def tensor_core_kernels(plan: Plan) -> frozenset[str]:
+    """Names of the plan's compiled kernels whose PTX uses tensor cores."""
+    found: set[str] = set()
+    for image in plan.images:
+        if image.kind != "ptx":
+            continue
+        ptx = image.path.read_text(errors="replace")
+        starts = [(m.start(), m.group(1)) for m in re.finditer(r"\.entry\s+([\w$]+)", ptx)]
+        for (begin, name), (end, _) in zip(starts, [*starts[1:], (len(ptx), "")]):
+            if TENSOR_CORE_OPCODES.search(ptx, begin, end):
+                found.add(name)
+    return frozenset(found)
+
+
+def launch_precision(launch: Launch, precision: str, tensor_core: frozenset[str]) -> str:
+    """The precision one launch is timed at (see :data:`DEFAULT_PRECISION`)."""
+    if precision != "auto":
+        return precision
+    if launch.image is None:
+        return "tf32"
+    return "tf32" if launch.kernel in tensor_core else "fp32"
 
 
 def launch_work(launch: Launch, plan: Plan, precision: str = "fp32") -> analytic.KernelWork:
@@ -66,9 +97,8 @@ def predict_profile(
 ) -> Profile:
     """The profile the analytic model predicts for ``plan`` on ``gpu`` (default: the plan's GPU).
 
-    ``precision`` (:data:`bless.analytic.PRECISIONS`) says whether matmul-class
-    kernels are timed on TF32 tensor cores, as the library kernels of the measured
-    A100 profiles ran, or on the FP32 cores, as the plan's own fp32 kernels would.
+    ``precision`` is ``auto`` (each kernel as it runs, :data:`DEFAULT_PRECISION`) or one
+    of :data:`bless.analytic.PRECISIONS` for every kernel.
     ``kind`` defaults to what the plan's build says (a training iteration or inference).
     """
     if kind is None:
@@ -76,10 +106,13 @@ def predict_profile(
     spec = get_gpu(gpu or plan.gpu) if not isinstance(gpu, GpuSpec) else gpu
     params = params or analytic.params_for(spec)
     levels = spec.level_sms(mechanism)
+    if precision != "auto" and precision not in analytic.PRECISIONS:
+        raise ValueError(f"precision must be auto or one of {', '.join(analytic.PRECISIONS)}, got {precision!r}")
+    tensor_core = tensor_core_kernels(plan) if precision == "auto" else frozenset()
     works = []
     for i, launch in enumerate(plan.launches):
         try:
-            works.append(launch_work(launch, plan, precision))
+            works.append(launch_work(launch, plan, launch_precision(launch, precision, tensor_core)))
         except ValueError as e:
             raise ValueError(f"{plan.path}: launches[{i}]: {e}") from None
     t = np.array([[analytic.duration(w, spec, n, params) for w in works] for n in levels])
@@ -120,6 +153,7 @@ def predict_profile(
                 "plan": portable_path(plan.path),
                 "mechanism": mechanism,
                 "precision": precision,
+                "launches_timed_tf32": sum(w.precision == "tf32" for w in works),
                 "params": {k: v for k, v in asdict(params).items() if k != "provenance"},
                 "launches_without_dram_bytes": guessed,
                 "launches_without_flops": no_flops,

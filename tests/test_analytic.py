@@ -141,6 +141,28 @@ def test_predicted_profile_round_trips_and_names_its_plan(tmp_path):
     assert again.T[0] > again.T[-1]
 
 
+
+def test_kernels_are_timed_at_the_precision_their_ptx_runs(tmp_path):
+    """auto: tensor cores only for a kernel whose PTX issues mma; descriptor-only launches as TF32 libraries."""
+    path = write_plan(tmp_path / "build")
+    entry = ".visible .entry {}(.param .u64 p0)\n{{\n{}\n  ret;\n}}\n"
+    plain = entry.format("fused_matmul_kernel", "  fma.rn.f32 %f1, %f2, %f3, %f4;")
+    (path.parent / "tiny.ptx").write_text("// ptx\n" + plain + entry.format("fused_relu_kernel", "  max.f32 %f1, %f2, %f3;"))
+    plan = load_plan(path)
+    auto, fp32, tf32 = (predict_profile(plan, precision=p) for p in ("auto", "fp32", "tf32"))
+    assert np.array_equal(auto.t, fp32.t) and auto.t[-1, 0] > tf32.t[-1, 0]
+    assert auto.provenance.details["launches_timed_tf32"] == 0
+    mma = entry.format("fused_matmul_kernel", "  mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%f1}, {%r1}, {%r2}, {%f2};")
+    (path.parent / "tiny.ptx").write_text("// ptx\n" + mma + entry.format("fused_relu_kernel", "  max.f32 %f1, %f2, %f3;"))
+    auto = predict_profile(load_plan(path), precision="auto")
+    assert np.array_equal(auto.t, tf32.t) and auto.provenance.details["launches_timed_tf32"] == 1
+    eager = predict_profile(replace(plan, images=(), launches=tuple(replace(x, image=None) for x in plan.launches),
+                                    descriptor_only=True))
+    assert eager.provenance.details["launches_timed_tf32"] == 2
+    with pytest.raises(ValueError, match="precision must be auto"):
+        predict_profile(plan, precision="fp16")
+
+
 def test_bless_run_accepts_a_predicted_profile(tmp_path):
     profile = predict_profile(load_plan(write_plan(tmp_path / "build")))
     path = profile.save(tmp_path / "tiny.json")
