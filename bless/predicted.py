@@ -20,6 +20,7 @@ import numpy as np
 from bless import analytic
 from bless.gpu import GpuSpec, get_gpu
 from bless.plan import Launch, Plan, portable_path
+from bless.ptx import ptx_entries
 from bless.profile import KernelDesc, Profile, Provenance
 
 DEFAULT_PRECISION = "auto"
@@ -47,16 +48,13 @@ elementwise kernels), which fills the GPU once it moves more than ~0.5 MB."""
 
 def tensor_core_kernels(plan: Plan) -> frozenset[str]:
     """Names of the plan's compiled kernels whose PTX uses tensor cores."""
-    found: set[str] = set()
-    for image in plan.images:
-        if image.kind != "ptx":
-            continue
-        ptx = image.path.read_text(errors="replace")
-        starts = [(m.start(), m.group(1)) for m in re.finditer(r"\.entry\s+([\w$]+)", ptx)]
-        for (begin, name), (end, _) in zip(starts, [*starts[1:], (len(ptx), "")]):
-            if TENSOR_CORE_OPCODES.search(ptx, begin, end):
-                found.add(name)
-    return frozenset(found)
+    return frozenset(
+        name
+        for image in plan.images
+        if image.kind == "ptx"
+        for name, body in ptx_entries(image.path.read_text(errors="replace")).items()
+        if TENSOR_CORE_OPCODES.search(body)
+    )
 
 
 def launch_precision(launch: Launch, precision: str, tensor_core: frozenset[str]) -> str:

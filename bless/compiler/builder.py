@@ -28,9 +28,9 @@ from pathlib import Path
 from bless.gpu import get_gpu
 from bless.models import DEFAULT_SEED, App
 from bless.plan import Buffer, Image, Launch, Plan, load_plan, plan_path, write_plan
+from bless.ptx import ptx_entries
 
 _BUILDER_SOURCES = sorted(Path(__file__).parent.glob("*.py"))
-_PTX_ENTRY = re.compile(r"\.entry\s+(\w+)\s*\(")
 _PTX_SHARED = re.compile(r"^\s*\.shared\s+(?:\.align\s+\d+\s+)?\.b(8|16|32|64)\s+\w+\[(\d+)\]", re.M)
 
 
@@ -194,12 +194,10 @@ def _build_record(app: App, key: str | None, kind: str, seed: int, start: float,
 
 def ptx_static_shared(ptx: str) -> dict[str, int]:
     """Static ``.shared`` bytes declared inside each ``.entry`` of a PTX file (exact, no ptxas needed)."""
-    entries = list(_PTX_ENTRY.finditer(ptx))
-    found: dict[str, int] = {}
-    for i, entry in enumerate(entries):
-        body = ptx[entry.end(): entries[i + 1].start() if i + 1 < len(entries) else len(ptx)]
-        found[entry.group(1)] = sum(int(bits) // 8 * int(n) for bits, n in _PTX_SHARED.findall(body))
-    return found
+    return {
+        name: sum(int(bits) // 8 * int(n) for bits, n in _PTX_SHARED.findall(body))
+        for name, body in ptx_entries(ptx).items()
+    }
 
 
 def _cached(path: Path, key: str) -> Plan | None:
