@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from typing import Any, Callable
 
 from bless.admission.colocation import ColocationGate
-from bless.backend import create_backend
+from bless.backend import Backend, create_backend
 from bless.catalog import load_app
 from bless.config import ConfigError, RunConfig, resolve_slo
 from bless.gpu import GpuSpec, get_gpu
@@ -14,6 +14,7 @@ from bless.policy import POLICIES, Policy
 from bless.profile import Profile
 from bless.requests import AppState
 from bless.runtime import RunResult, Runtime
+from bless.trace_events import Placement, TraceRecorder
 from bless.workload import parse_load
 
 
@@ -54,8 +55,30 @@ def app_states(cfg: RunConfig, profiles: list[Profile]) -> list[AppState]:
     return states
 
 
-def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None) -> RunResult:
-    """Run one configured co-location and return what it measured."""
+def trace_recorder(backend: Backend) -> TraceRecorder:
+    """A timeline recorder that reads where kernels ran from ``backend``'s launch objects."""
+    if backend.name == "cuda":
+        from bless.cuda.timeline import placement
+
+        return TraceRecorder(placement)
+
+    def sim_placement(run: Any) -> Placement:
+        # A simulated KernelRun: its stream's context, and the SMs its blocks held last.
+        ctx = run.stream.context
+        granted = backend.granted_sms(ctx)
+        label = "all SMs" if ctx.sm_limit is None else f"{backend.mechanism} {granted} SMs"
+        return Placement(label, granted, run.sms)
+
+    return TraceRecorder(sim_placement)
+
+
+def run_config(
+    cfg: RunConfig, progress: Callable[[float], None] | None = None, *, trace: bool = False
+) -> RunResult:
+    """Run one configured co-location and return what it measured.
+
+    With ``trace`` the result carries the run's timeline (``RunResult.trace``).
+    """
     gpu = get_gpu(cfg.gpu)
     policy = make_policy(cfg, cfg.mechanism or "mps")
     profiles = [load_app(a.app, gpu.name) for a in cfg.apps]
@@ -68,6 +91,7 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None) 
         runtime = Runtime(
             backend, policy, apps, loads,
             duration=cfg.duration, warmup=cfg.warmup, seed=cfg.seed, progress=progress,
+            trace=trace_recorder(backend) if trace else None,
         )
         result = runtime.run()
         result.notes.extend(notes)
@@ -81,6 +105,7 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None) 
         runtime = Runtime(
             backend, make_policy(cfg, backend.mechanism), [alone], [load],
             duration=cfg.duration, warmup=cfg.warmup, seed=cfg.seed + i,
+            trace=trace_recorder(backend) if trace else None,
         )
         parts.append(runtime.run())
         if progress is not None:

@@ -22,6 +22,7 @@ from bless.backend import Backend
 from bless.manager import KernelManager
 from bless.policy import Decision, Policy
 from bless.requests import AppState, Request
+from bless.trace_events import Trace, TraceRecorder
 from bless.workload import Load
 
 
@@ -109,11 +110,18 @@ class RunResult:
     device_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     """Warnings worth showing with the results (e.g. from admission)."""
+    trace: Trace | None = None
+    """The run's timeline, when one was recorded (``Runtime(trace=...)``)."""
 
     @classmethod
     def merge(cls, parts: list["RunResult"], policy: dict[str, Any], gpu: str) -> "RunResult":
         """One result from runs of single apps on GPUs of their own (ISO, MIG)."""
         kernels = sum(p.kernels for p in parts)
+        trace = None
+        if all(p.trace is not None for p in parts):
+            trace = Trace()
+            for p in parts:
+                trace.extend(p.trace)
         return cls(
             policy=policy,
             gpu=gpu,
@@ -127,6 +135,7 @@ class RunResult:
             kernels=kernels,
             wall_seconds=sum(p.wall_seconds for p in parts),
             device_seconds=max(p.device_seconds for p in parts),
+            trace=trace,
         )
 
     @property
@@ -179,6 +188,8 @@ class Executor:
         """The wake-up time the latest decision asked for (inf: none)."""
         self._ahead: tuple[Decision, tuple] | None = None
         """A decision taken while the previous squad ran, and the request state it assumed."""
+        self.trace: TraceRecorder | None = None
+        """Collects launches and host phases for a timeline; None (the default) costs nothing."""
 
     def close(self) -> None:
         for app in self.apps:
@@ -214,6 +225,9 @@ class Executor:
     def step(self, deadline: float) -> tuple[list[Request], bool]:
         """One decision; returns (finished requests, whether anything was launched)."""
         backend = self.backend
+        trace = self.trace
+        if trace is not None:
+            trace.begin(backend.now())
         decision, cost = self._decide()
         launched = decision is not None and bool(decision.plans)
         self.wake_at = decision.wake_at if decision is not None else math.inf
@@ -221,12 +235,19 @@ class Executor:
             backend.charge_host(cost)
             self.policy.on_launch(decision)
             launches = self.manager.execute(decision)
+            if trace is not None:
+                trace.launched(decision, launches, *squad_estimate(decision))
+                trace.host("decide and launch", backend.now())
             self.launched.update(p.request for p in decision.plans)
             if self.on_launch is not None:
                 self.on_launch(decision)
             if decision.sync:
                 self._decide_ahead(decision)
+                if trace is not None:
+                    trace.host("decide ahead", backend.now())
                 backend.synchronize()
+                if trace is not None:
+                    trace.host("synchronize", backend.now())
                 self._record_squad(decision, launches)
                 finished = backend.wait(backend.now())
             else:
@@ -276,10 +297,15 @@ class Executor:
         """Squad duration on the device: first kernel start to last kernel end."""
         start = min(r.start for r in launches)
         end = max(r.end for r in launches)
-        config = getattr(decision.info, "config", None)
-        est = config.estimate if config is not None else math.nan
-        restricted = bool(config.restricted) if config is not None else False
-        self.squads.append((end - start, est, restricted))
+        self.squads.append((end - start, *squad_estimate(decision)))
+
+
+def squad_estimate(decision: Decision) -> tuple[float, bool]:
+    """The policy's predicted squad duration (nan: none) and whether the squad was restricted."""
+    config = getattr(decision.info, "config", None)
+    if config is None:
+        return math.nan, False
+    return config.estimate, bool(config.restricted)
 
 
 class Runtime:
@@ -296,6 +322,7 @@ class Runtime:
         warmup: float = 0.0,
         seed: int = 0,
         progress: Callable[[float], None] | None = None,
+        trace: TraceRecorder | None = None,
     ) -> None:
         if len(apps) != len(loads):
             raise ValueError("one load per app is required")
@@ -312,6 +339,7 @@ class Runtime:
         for app, load in zip(apps, loads):
             load.bind(app.profile.T[-1], np.random.default_rng(rng.integers(2**63)))
         self.executor = Executor(backend, policy, apps)
+        self.executor.trace = trace
         self._arrivals: list[tuple[float, int, int]] = []
         self._open: list[Iterator[float]] = []
         self._rid = 0
@@ -419,4 +447,5 @@ class Runtime:
             kernels=self.executor.manager.kernels_launched,
             wall_seconds=wall,
             device_seconds=device,
+            trace=None if self.executor.trace is None else self.executor.trace.trace(),
         )

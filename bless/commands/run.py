@@ -13,6 +13,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override a config key, e.g. --set policy=temporal --set apps.0.quota=0.7 (repeatable)")
     p.add_argument("--out", type=Path, default=None, help="results directory (default results/<name>)")
     p.add_argument("--no-plot", action="store_true", help="skip the latency chart")
+    p.add_argument("--trace", type=Path, default=None, metavar="PATH",
+                   help="also write a timeline of every kernel, squad and host phase "
+                        "(Chrome trace-event JSON: open in ui.perfetto.dev or chrome://tracing)")
     p.set_defaults(func=run)
 
 
@@ -56,9 +59,11 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"{cfg.name}: {cfg.policy}", total=1.0)
-        result = run_config(cfg, progress=lambda f: bar.update(task, completed=f))
+        result = run_config(cfg, progress=lambda f: bar.update(task, completed=f), trace=args.trace is not None)
     print_result(result, title=f"{cfg.name}: {cfg.policy} on {cfg.gpu} ({cfg.backend})", console=console)
     out = args.out or Path("results") / cfg.name
     paths = write_result(result, out, cfg.raw, plot=not args.no_plot)
     console.print(f"results: {', '.join(str(p) for p in paths)}")
+    if args.trace is not None:
+        console.print(f"timeline: {result.trace.write(args.trace)} (open in ui.perfetto.dev or chrome://tracing)")
     return 0

@@ -166,7 +166,7 @@ class CudaBackend(Backend):
 
     def create_stream(self, context: AppContext) -> CudaStream:
         ctx = context.context
-        stream = CudaStream(self.pool.create_stream(ctx), self._clock(ctx), f"{context.app.name}/{ctx.label}")
+        stream = CudaStream(self.pool.create_stream(ctx), self._clock(ctx), f"{context.app.name}/{ctx.label}", ctx)
         context.app.private.streams.append(stream)
         self._streams.append(stream)
         return stream

@@ -34,7 +34,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable
 
+from bless.cuda.contexts import ExecContext
 from bless.cuda.driver import Driver
+from bless.trace_events import Placement
 
 ANCHOR_MAX_AGE = 1.0
 """Seconds an anchor is used before it is renewed."""
@@ -112,11 +114,13 @@ class ContextClock:
 class CudaStream:
     """A stream of one context, with its launches not yet resolved."""
 
-    __slots__ = ("handle", "clock", "pending", "notify", "last_end", "label")
+    __slots__ = ("handle", "clock", "context", "pending", "notify", "last_end", "label")
 
-    def __init__(self, handle: Any, clock: ContextClock, label: str) -> None:
+    def __init__(self, handle: Any, clock: ContextClock, label: str, context: ExecContext) -> None:
         self.handle = handle
         self.clock = clock
+        self.context = context
+        """The context it launches into (its SMs, for timelines)."""
         self.pending: deque[CudaLaunch] = deque()
         self.notify: deque[CudaLaunch] = deque()
         """Unresolved ``notify`` launches, in order (only the first can finish first)."""
@@ -155,6 +159,16 @@ class CudaLaunch:
 
     def __repr__(self) -> str:
         return f"CudaLaunch(kernel {self.kernel} on {self.stream.label}, start={self.start}, end={self.end})"
+
+
+def placement(run: CudaLaunch) -> Placement:
+    """Where a launch ran, for a timeline (:mod:`bless.trace_events`).
+
+    Events time a launch but do not say how many SMs its blocks held, so
+    only the context's grant is known.
+    """
+    ctx = run.stream.context
+    return Placement(ctx.label, ctx.sm_count)
 
 
 def needs_wait(stream: CudaStream, after: CudaLaunch | None) -> bool:
