@@ -25,23 +25,35 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from bless.gpu import GpuSpec
+from bless.gpu import GpuSpec, get_gpu
+from bless.gpudata import gpu_constants
 from bless.profile import Profile
 from bless.registry import Registry
 
 
 @dataclass(frozen=True)
 class HostCosts:
-    """Host-side costs the backend charges (defaults: typical CUDA figures)."""
+    """Host-side costs a simulated backend charges, in seconds.
 
-    launch: float = 3e-6
+    No defaults here: a GPU's figures live in its data file, each with its
+    source or marked an assumption (``bless/gpudata/<gpu>.toml``); use
+    :meth:`for_gpu`, or all four fields for an explicit setting.
+    """
+
+    launch: float
     """Host time to launch one kernel (cuLaunchKernel)."""
-    sync: float = 20e-6
+    sync: float
     """Host time to synchronise at the end of a squad."""
-    context_switch: float = 50e-6
+    context_switch: float
     """Idle time of a request whose next kernel goes to another context."""
-    event: float = 2e-6
+    event: float
     """Latency of a cross-stream dependency within one context."""
+
+    @classmethod
+    def for_gpu(cls, gpu: GpuSpec | str) -> HostCosts:
+        """The ``[host]`` figures of ``gpu``'s data file."""
+        name = gpu.name if isinstance(gpu, GpuSpec) else get_gpu(gpu).name
+        return gpu_constants(name).build("host", cls)
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,6 +131,11 @@ class Backend(ABC):
 
     def wake(self) -> None:
         """Interrupt a :meth:`wait` from another thread (new work arrived)."""
+
+    def context_bytes(self, mechanism: str) -> int:
+        """Device memory one context restricted by ``mechanism`` costs on this backend
+        (here: the GPU's data file; a backend that measures it overrides this)."""
+        return self.gpu.context_bytes(mechanism)
 
     def utilisation(self) -> float:
         """Fraction of SM-time busy since the backend started (nan if unknown)."""

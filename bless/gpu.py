@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from bless.gpudata import gpu_constants
+
 N_LEVELS = 18
 """Number of SM partition levels (the paper's N)."""
 
@@ -57,10 +59,6 @@ class GpuSpec:
     tensor_flops: float
     """Peak dense FP16/BF16 tensor-core throughput in FLOP/s."""
     compute_capability: tuple[int, int]
-    context_memory_bytes: int
-    """Device memory one extra CUDA/MPS context costs (estimate, see README)."""
-    green_context_memory_bytes: int
-    """Device memory one extra green context costs (estimate, see README)."""
     granularity: dict[str, int] = field(default_factory=dict)
     """SM granularity per restriction mechanism (``mps``, ``green``)."""
     tf32_flops: float = 0.0
@@ -89,6 +87,20 @@ class GpuSpec:
     def arch(self) -> str:
         """The CUDA target architecture, e.g. ``sm_80``."""
         return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+    def context_bytes(self, mechanism: str) -> int:
+        """Device memory one context restricted by ``mechanism`` costs, from this GPU's
+        data file (``bless/gpudata/<name>.toml``, where its source or assumption is
+        stated).  On a real GPU prefer ``Backend.context_bytes``: the CUDA backend
+        measures it."""
+        data = gpu_constants(self.name)
+        try:
+            return data.context_memory[mechanism]
+        except KeyError:
+            raise ValueError(
+                f"no context memory for mechanism {mechanism!r} on {self.name} ({data.path}); "
+                f"use one of: {', '.join(sorted(data.context_memory))}"
+            ) from None
 
     def level_sms(self, mechanism: str = "mps") -> tuple[int, ...]:
         """SM count of each of the 18 partition levels (index 0 is level 1)."""
@@ -125,8 +137,6 @@ A100 = GpuSpec(
     tensor_flops=312e12,
     tf32_flops=156e12,
     compute_capability=(8, 0),
-    context_memory_bytes=300 * MIB,
-    green_context_memory_bytes=4 * MIB,
     granularity={"mps": 2, "green": 2},
     shared_mem_per_sm=164 * 1024,
     l2_bytes=40 * MIB,
@@ -156,8 +166,6 @@ H100 = GpuSpec(
     tensor_flops=989e12,
     tf32_flops=494.7e12,
     compute_capability=(9, 0),
-    context_memory_bytes=500 * MIB,
-    green_context_memory_bytes=4 * MIB,
     granularity={"mps": 2, "green": 8},
     shared_mem_per_sm=228 * 1024,
     l2_bytes=50 * MIB,

@@ -224,7 +224,7 @@ def test_solo_closed_loop_matches_the_profile():
     # Back to back, one request's period is its isolated latency (kernels plus one launch).
     assert run.throughputs[0] == pytest.approx(1 / app.T[-1], rel=1e-6)
     assert run.requests[0] >= 4
-    assert run.memory_bytes[0] == app.memory_bytes + get_gpu("a100").context_memory_bytes
+    assert run.memory_bytes[0] == app.memory_bytes + get_gpu("a100").context_bytes("mps")
 
 
 def test_pairs_that_do_not_fit_in_memory_are_absent():

@@ -53,7 +53,7 @@ def test_lone_request_runs_unrestricted_on_the_whole_gpu():
     # first launch, and the first squad's scheduling decision; every later squad is decided
     # while the one before it runs.
     squads = -(-prof.n_kernels // 50)
-    host = squads * 23e-6 + 50 * DECIDE_PER_KERNEL
+    host = squads * (backend.host.sync + backend.host.launch) + 50 * DECIDE_PER_KERNEL
     assert result.apps[0].mean == pytest.approx(prof.T[-1] + host, rel=0.02)
     _, serial = run(BlessPolicy(ahead=False), [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
     hidden = (prof.n_kernels - 50) * DECIDE_PER_KERNEL

@@ -11,6 +11,7 @@ from bless.sim.backend import SimBackend
 from bless.synthetic import synthetic_profile
 
 NO_HOST = HostCosts(launch=0.0, sync=0.0, context_switch=0.0, event=0.0)
+A100_HOST = HostCosts.for_gpu("a100")
 
 
 def run_alone(profile, sm_limit=None, **kw):
@@ -28,7 +29,7 @@ def test_profiler_recovers_ground_truth_at_every_level(app_a):
     assert prof.provenance.method == "simulated"
     assert report.kernel_runs == 18 * 4 * app_a.n_kernels
     # T is the lone request end to end: kernels back to back plus one launch.
-    np.testing.assert_allclose(prof.T, app_a.t.sum(axis=1) + 3e-6, rtol=1e-9)
+    np.testing.assert_allclose(prof.T, app_a.t.sum(axis=1) + A100_HOST.launch, rtol=1e-9)
 
 
 def test_restricted_context_runs_at_its_level(app_a):
@@ -103,11 +104,11 @@ def test_host_costs_launch_sync_and_context_switch(app_a):
     restricted = be.create_stream(be.create_context(h, 54))
     free = be.create_stream(be.create_context(h, None))
     k0 = be.launch(restricted, h, 0)
-    assert k0.issue_time == pytest.approx(3e-6)
+    assert k0.issue_time == pytest.approx(A100_HOST.launch)
     k1 = be.launch(free, h, 1, after=k0)
     be.synchronize()
-    assert k1.start == pytest.approx(k0.end + 50e-6)
-    assert be.now() == pytest.approx(k1.end + 20e-6)
+    assert k1.start == pytest.approx(k0.end + A100_HOST.context_switch)
+    assert be.now() == pytest.approx(k1.end + A100_HOST.sync)
 
 
 def test_noise_is_seeded_and_off_by_default(app_a):

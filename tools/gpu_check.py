@@ -41,8 +41,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bless.backend import BackendError  # noqa: E402
+from bless.backend import BackendError, HostCosts  # noqa: E402
 from bless.gpu import N_LEVELS  # noqa: E402
+from bless.gpudata import gpu_constants  # noqa: E402
 from bless.profile import KernelDesc, Profile, Provenance  # noqa: E402
 
 CHECK_PTX = r"""
@@ -299,6 +300,7 @@ def gaps(backend, first_stream, second_stream, app, n: int = 50) -> list[float]:
 
 def check_latencies(backend, app) -> Check:
     gpu = backend.gpu
+    host = HostCosts.for_gpu(gpu)
     primary = backend.create_context(app, None)
     restricted = backend.create_context(app, gpu.sms_for_level(9, backend.mechanism))
     s1, s2 = backend.create_stream(primary), backend.create_stream(primary)
@@ -321,7 +323,9 @@ def check_latencies(backend, app) -> Check:
         "same_stream_gap_us": us(same_stream), "cross_stream_event_us": us(cross_stream),
         "cross_context_switch_us": us(cross_context), "timed_empty_idle_us": us(statistics.median(idle)),
         "timed_empty_backlogged_us": us(statistics.median(backed)),
-        "host_costs_assumed_us": {"event": 2.0, "context_switch": 50.0},  # bless.backend.HostCosts defaults
+        "host_costs_modelled_us": {  # what the simulator charges (bless/gpudata/<gpu>.toml)
+            "event": us(host.event), "context_switch": us(host.context_switch),
+        },
     }
     detail = (
         f"gap after a kernel: same stream {us(same_stream)} us, other stream (event) {us(cross_stream)} us, "
@@ -337,13 +341,15 @@ def check_context_memory(backend) -> Check:
     if not mem:
         return Check("per-context memory", "SKIP", "no restricted context was created")
     values = list(mem.values())
+    data = gpu_constants(backend.gpu.name)
+    filed = data.sources[f"context_memory.{backend.mechanism}"]
+    kind = "source" if filed.source is not None else "assumption"
     detail = (
         f"{len(values)} {backend.mechanism} contexts: median {statistics.median(values) / 2**20:.1f} MiB, "
         f"max {max(values) / 2**20:.1f} MiB each (cuMemGetInfo before/after); "
-        f"bless assumes {backend.gpu.green_context_memory_bytes / 2**20:.0f} MiB (green) and "
-        f"{backend.gpu.context_memory_bytes / 2**20:.0f} MiB (MPS)"
+        f"the data file has {filed.written} ({kind}, {data.path}), which the measurement overrides"
     )
-    return Check("per-context memory", "PASS", detail, {"bytes_per_context": mem})
+    return Check("per-context memory", "PASS", detail, {"bytes_per_context": mem, "data_file_bytes": backend.gpu.context_bytes(backend.mechanism)})
 
 
 def check_mps(gpu: str) -> Check:

@@ -32,12 +32,17 @@ SETTINGS = ("kace_model", "min_throughput_sum", "action")
 ACTIONS = ("warn", "reject")
 
 
-def feature_table(apps: Sequence[tuple[str, Profile]]) -> FeatureTable:
-    """KACE features of named apps, one row each (solo throughput from the profile)."""
+def feature_table(apps: Sequence[tuple[str, Profile]], mechanism: str = "mps") -> FeatureTable:
+    """KACE features of named apps, one row each (solo throughput from the profile).
+
+    An app's memory counts one context under ``mechanism``; the default is what
+    ``bless kace generate`` measures (its simulated GPU's contexts are MPS ones),
+    so the features match those a model was fitted on.
+    """
     rows = []
     for _, profile in apps:
         gpu = get_gpu(profile.gpu)
-        solo = SoloRun(1.0 / float(profile.T[-1]), profile.memory_bytes + gpu.context_memory_bytes)
+        solo = SoloRun(1.0 / float(profile.T[-1]), profile.memory_bytes + gpu.context_bytes(mechanism))
         rows.append(app_features(profile, solo, gpu))
     columns = tuple(sorted(set.intersection(*(set(r) for r in rows))))
     values = np.array([[r[c] for c in columns] for r in rows], dtype=float)

@@ -7,7 +7,11 @@
 * ``create_context`` takes a context of the process-wide pool
   (:mod:`bless.cuda.contexts`): green contexts or MPS, chosen automatically
   (green when the driver has them) or by ``mechanism``; ``granted_sms`` is
-  what the hardware granted.
+  what the hardware granted.  It records the device memory each new restricted
+  context took (``context_memory``, cuMemGetInfo before and after);
+  :meth:`~CudaBackend.context_bytes` answers with the largest of those once one
+  exists, and with the GPU's data file (``bless/gpudata/<gpu>.toml``) before, or
+  for a mechanism this backend does not use.
 * ``launch`` issues ``cuLaunchKernel`` on the stream; ``after`` in another
   stream becomes ``cuStreamWaitEvent`` on that launch's end event, ``timed``
   adds a start event, ``notify`` makes :meth:`wait` report the launch when its
@@ -160,6 +164,13 @@ class CudaBackend(Backend):
             self.libraries.warm(ctx.handle, [e.kernel for e in state.entries])
             state.warmed.add(id(ctx))
         return AppContext(app, ctx)
+
+    def context_bytes(self, mechanism: str) -> int:
+        """Measured: the most a restricted context of this backend took (admission plans for the
+        costliest); the data file's figure until one is measured."""
+        if mechanism == self.mechanism and self.context_memory:
+            return max(self.context_memory.values())
+        return super().context_bytes(mechanism)
 
     def granted_sms(self, context: AppContext) -> int:
         return context.context.sm_count

@@ -30,7 +30,7 @@ def max_restricted_level(apps: list[AppState], gpu: GpuSpec, mechanism: str = "m
     context.  On MPS (hundreds of MiB per context) many apps cap the level;
     green contexts cost almost nothing.
     """
-    per_ctx = gpu.green_context_memory_bytes if mechanism == "green" else gpu.context_memory_bytes
+    per_ctx = gpu.context_bytes(mechanism)
     budget = gpu.memory_bytes * MEMORY_HEADROOM - sum(a.profile.memory_bytes for a in apps)
     level = int(budget // (per_ctx * max(len(apps), 1))) - 1
     if level < 1:
@@ -71,7 +71,7 @@ class BlessPolicy(Policy):
         determiner: str = "auto",
         pacing: bool = True,
         mechanism: str = "mps",
-        switch_cost: float = HostCosts().context_switch,
+        switch_cost: float | None = None,
         decide_per_kernel: float = DECIDE_PER_KERNEL,
         ahead: bool = True,
     ) -> None:
@@ -83,7 +83,8 @@ class BlessPolicy(Policy):
         self.pacing = pacing
         self.mechanism = mechanism
         self.switch_cost = switch_cost
-        """Context-switch idle time the determiner weighs against a split's gain."""
+        """Context-switch idle time the determiner weighs against a split's gain; None until
+        :meth:`setup` takes the GPU's ``HostCosts.context_switch`` (what the simulator charges)."""
         self.decide_per_kernel = decide_per_kernel
         self.ahead = ahead
         """Build and configure the next squad while the current one runs (hides the decision's host time)."""
@@ -97,6 +98,8 @@ class BlessPolicy(Policy):
         # that every deployed app has a context for every level in use.
         self.max_level = min(self.max_level, max_restricted_level(apps, gpu, self.mechanism))
         self.gpu = gpu
+        if self.switch_cost is None:
+            self.switch_cost = HostCosts.for_gpu(gpu).context_switch
         self.determiner = Determiner(
             gpu, self.determiner_mode, self.max_level, self.switch_cost, self.split_ratio, self.mechanism
         )

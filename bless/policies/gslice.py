@@ -19,6 +19,11 @@ It then moves ``step`` of the GPU from the most idle giver to the neediest app.
 The new partition serves requests that arrive from then on, as GSLICE's
 hot-standby ("shadow") instance hides the re-load.
 
+The thresholds' defaults (``period``, ``step``, ``tolerance``, ``busy_low``,
+``busy_high``) are the GPU's ``[gslice]`` section in ``bless/gpudata/<gpu>.toml``,
+each marked there as our assumption: they tune this simplified controller,
+not GSLICE's own.
+
 Simplifies: GSLICE's adaptive batching is off (requests are the unit here), the
 re-size is one step per period rather than its throughput-model jump, and the
 partitions it may move to are pre-created contexts (as many as device memory
@@ -27,13 +32,47 @@ allows, nearest the quota first).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 
 from bless.gpu import GpuSpec
+from bless.gpudata import gpu_constants
 from bless.policies.bless import MEMORY_HEADROOM
 from bless.policies.common import launch_queued, quota_sms
 from bless.policy import Decision, Policy
 from bless.requests import AppState, Request
+
+
+@dataclass(frozen=True)
+class GsliceThresholds:
+    """The re-sizing controller's settings (their meaning: the module docstring)."""
+
+    period: float
+    """Seconds between two re-sizing decisions."""
+    step: float
+    """Share of the GPU moved per decision."""
+    tolerance: float
+    """Latency band around the target, as a share of it."""
+    busy_low: float
+    """Share of a period a partition is busy at or below which it may give SMs."""
+    busy_high: float
+    """Share of a period a partition is busy at or above which it needs SMs."""
+
+    def __post_init__(self) -> None:
+        if not self.period > 0:
+            raise ValueError(f"gslice period must be > 0 seconds, got {self.period}")
+        if not 0 < self.step < 1:
+            raise ValueError(f"gslice step must be a share of the GPU in (0, 1), got {self.step}")
+        if not 0 <= self.tolerance < 1:
+            raise ValueError(f"gslice tolerance must be in [0, 1), got {self.tolerance}")
+        if not 0 <= self.busy_low < self.busy_high <= 1:
+            raise ValueError(f"gslice needs 0 <= busy_low < busy_high <= 1, got {self.busy_low}, {self.busy_high}")
+
+    @classmethod
+    def for_gpu(cls, gpu: GpuSpec) -> GsliceThresholds:
+        """The ``[gslice]`` defaults of ``gpu``'s data file."""
+        return gpu_constants(gpu.name).build("gslice", cls)
 
 
 class GslicePolicy(Policy):
@@ -44,27 +83,17 @@ class GslicePolicy(Policy):
     def __init__(
         self,
         adaptive: bool = True,
-        period: float = 0.5,
-        step: float = 1 / 18,
-        tolerance: float = 0.1,
-        busy_high: float = 0.9,
-        busy_low: float = 0.6,
+        period: float | None = None,
+        step: float | None = None,
+        tolerance: float | None = None,
+        busy_high: float | None = None,
+        busy_low: float | None = None,
         mechanism: str = "mps",
     ) -> None:
-        if not period > 0:
-            raise ValueError(f"gslice period must be > 0 seconds, got {period}")
-        if not 0 < step < 1:
-            raise ValueError(f"gslice step must be a share of the GPU in (0, 1), got {step}")
-        if not 0 <= tolerance < 1:
-            raise ValueError(f"gslice tolerance must be in [0, 1), got {tolerance}")
         self.adaptive = adaptive
-        self.period = period
-        self.step_share = step
-        self.tolerance = tolerance
-        if not 0 <= busy_low < busy_high <= 1:
-            raise ValueError(f"gslice needs 0 <= busy_low < busy_high <= 1, got {busy_low}, {busy_high}")
-        self.busy_high = busy_high
-        self.busy_low = busy_low
+        given = {"period": period, "step": step, "tolerance": tolerance, "busy_low": busy_low, "busy_high": busy_high}
+        self._overrides = {k: v for k, v in given.items() if v is not None}
+        """Thresholds given here (None: the GPU's data file, read at :meth:`setup`, which checks them all)."""
         self.mechanism = mechanism
         self.resizes = 0
         self._sms: dict[int, int] = {}
@@ -79,7 +108,8 @@ class GslicePolicy(Policy):
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
         self.gpu = gpu
-        self._step = gpu.round_sms(self.step_share * gpu.sm_count, self.mechanism)
+        self.thresholds = dataclasses.replace(GsliceThresholds.for_gpu(gpu), **self._overrides)
+        self._step = gpu.round_sms(self.thresholds.step * gpu.sm_count, self.mechanism)
         spare = self._spare_contexts(apps, gpu) if self.adaptive else 0
         for app in apps:
             base = quota_sms(app.quota, gpu, self.mechanism) or gpu.sm_count
@@ -94,7 +124,7 @@ class GslicePolicy(Policy):
 
     def _spare_contexts(self, apps: list[AppState], gpu: GpuSpec) -> int:
         """Restricted contexts each app may hold beyond its quota's, within device memory."""
-        per_ctx = gpu.green_context_memory_bytes if self.mechanism == "green" else gpu.context_memory_bytes
+        per_ctx = gpu.context_bytes(self.mechanism)
         budget = gpu.memory_bytes * MEMORY_HEADROOM - sum(a.profile.memory_bytes for a in apps)
         return max(int(budget // (per_ctx * max(len(apps), 1))) - 2, 0)
 
@@ -107,10 +137,10 @@ class GslicePolicy(Policy):
     def step(self, now: float, apps: list[AppState]) -> Decision | None:
         if self.adaptive:
             if math.isnan(self._next_check):
-                self._next_check = now + self.period
+                self._next_check = now + self.thresholds.period
             elif now >= self._next_check:
                 self._resize(now, apps)
-                self._next_check = now + self.period
+                self._next_check = now + self.thresholds.period
         decision = launch_queued(apps, lambda app: self._limit(self._sms[app.index]))
         if decision is not None:
             for p in decision.plans:
@@ -140,6 +170,7 @@ class GslicePolicy(Policy):
         return latency / app.target
 
     def _resize(self, now: float, apps: list[AppState]) -> None:
+        th = self.thresholds
         pressure = {a.index: self._pressure(a, now) for a in apps}
         busy = {}
         for a in apps:
@@ -147,11 +178,11 @@ class GslicePolicy(Policy):
             if i in self._busy_since:  # still busy: count up to now, carry on into the next period
                 self._busy[i] += now - self._busy_since[i]
                 self._busy_since[i] = now
-            busy[i] = min(self._busy[i] / self.period, 1.0)
+            busy[i] = min(self._busy[i] / th.period, 1.0)
             self._busy[i] = 0.0
             self._latency[i].clear()
-        needs = {i for i in pressure if pressure[i] > 1 + self.tolerance or busy[i] >= self.busy_high}
-        gives = {i for i in pressure if i not in needs and (pressure[i] < 1 - self.tolerance or busy[i] <= self.busy_low)}
+        needs = {i for i in pressure if pressure[i] > 1 + th.tolerance or busy[i] >= th.busy_high}
+        gives = {i for i in pressure if i not in needs and (pressure[i] < 1 - th.tolerance or busy[i] <= th.busy_low)}
         needy = [i for i in needs if self._sms[i] + self._step in self._allowed[i]]
         donors = [i for i in gives if self._sms[i] - self._step in self._allowed[i]]
         if not needy or not donors:
@@ -166,6 +197,6 @@ class GslicePolicy(Policy):
         return {
             "policy": self.name,
             "adaptive": self.adaptive,
-            "period_s": self.period,
+            "period_s": self.thresholds.period,
             "resizes": self.resizes,
         }

@@ -14,9 +14,10 @@ Choices (parameters, and why):
 * ``slice = 2 ms`` -- the order of the time slice of NVIDIA's time-sliced
   vGPU schedulers (1-2 ms by default, NVIDIA vGPU documentation "vGPU
   Schedulers"); short enough against our 8-33 ms requests to interleave them.
-* ``switch_cost = 50 us`` -- the backend's context-switch cost
-  (:class:`bless.backend.HostCosts`), the same figure BLESS pays when a request
-  changes contexts, so neither side is favoured.
+* ``switch_cost`` -- by default the GPU's context-switch cost
+  (:meth:`bless.backend.HostCosts.for_gpu`, from ``bless/gpudata/<gpu>.toml``),
+  the same figure BLESS pays when a request changes contexts, so neither side
+  is favoured.
 
 Work conserving, like vGPU's best-effort scheduler: an app with nothing to do
 is skipped and a slice ends early when its app runs out of work; when only the
@@ -42,13 +43,14 @@ class TemporalPolicy(Policy):
 
     name = "temporal"
 
-    def __init__(self, slice: float = 2e-3, switch_cost: float = HostCosts().context_switch) -> None:
+    def __init__(self, slice: float = 2e-3, switch_cost: float | None = None) -> None:
         if not slice > 0:
             raise ValueError(f"temporal slice must be > 0 seconds, got {slice}")
-        if switch_cost < 0:
+        if switch_cost is not None and switch_cost < 0:
             raise ValueError(f"temporal switch_cost must be >= 0 seconds, got {switch_cost}")
         self.slice = slice
         self.switch_cost = switch_cost
+        """Idle seconds between two apps' slices; None until :meth:`setup` takes the GPU's."""
         self._slice_len: dict[int, float] = {}
         self._prefix: dict[int, np.ndarray] = {}
         """Per app: cumulative full-GPU kernel durations (the fit estimate)."""
@@ -58,6 +60,8 @@ class TemporalPolicy(Policy):
         self._switch_until = -math.inf
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
+        if self.switch_cost is None:
+            self.switch_cost = HostCosts.for_gpu(gpu).context_switch
         total = sum(a.quota for a in apps)
         round_len = self.slice * len(apps)
         self._slice_len = {a.index: round_len * a.quota / total for a in apps}

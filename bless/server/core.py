@@ -409,7 +409,7 @@ class ServingCore:
                 level = min(self.policy.max_level, max_restricted_level([*self.executor.apps, state], self.gpu, mechanism))
             except ValueError as e:
                 return Admission(False, f"GPU memory exhausted: {e}")
-            per_ctx = self.gpu.green_context_memory_bytes if mechanism == "green" else self.gpu.context_memory_bytes
+            per_ctx = self.backend.context_bytes(mechanism)
             budget = MemoryBudget(self.gpu.memory_bytes, self.memory_used(), per_ctx,
                                   contexts_per_app(self.gpu, level, mechanism))
         return admit(AppDemand.of(state), others, budget, self.policy.squad_size, self.limits)
