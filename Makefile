@@ -30,7 +30,7 @@ test-all: $(VENV)/.test
 	$(BIN)/python -m pytest -q
 
 bench: $(VENV)/.core
-	$(BIN)/python tools/bench_sim.py
+	$(BIN)/bless bench sim
 
 clean:
 	rm -rf $(VENV) .pytest_cache build dist

@@ -84,8 +84,13 @@ class Backend(ABC):
         """Release an app's contexts and memory."""
 
     @abstractmethod
-    def create_context(self, app: AppHandle, sm_limit: int | None) -> Any:
-        """A context for ``app``: unrestricted (None) or limited to ``sm_limit`` SMs."""
+    def create_context(self, app: AppHandle, sm_limit: int | None, *, shared: str | None = None) -> Any:
+        """A context for ``app``: unrestricted (None) or limited to ``sm_limit`` SMs.
+
+        Restricted contexts created under one ``shared`` name (and SM count) are one
+        partition: the apps in it share its SMs, together never more, as REEF's
+        best-effort apps share what the real-time app's quota leaves.  Without it
+        each app's context has its own limit (MPS caps may then overlap)."""
 
     @abstractmethod
     def granted_sms(self, context: Any) -> int:

@@ -27,11 +27,12 @@ class KernelManager:
         self._streams: dict[tuple[int, int | None], Any] = {}
         self.kernels_launched = 0
 
-    def deploy(self, app: AppState, sm_limits: list[int | None]) -> None:
-        """Deploy ``app`` and pre-create its contexts (unrestricted always included)."""
+    def deploy(self, app: AppState, sm_limits: list[int | None], shared: str | None = None) -> None:
+        """Deploy ``app`` and pre-create its contexts (unrestricted always included); ``shared``
+        names the partition its restricted contexts share with other apps."""
         app.handle = self.backend.deploy(app.profile)
         for limit in dict.fromkeys([None, *sm_limits]):
-            ctx = self.backend.create_context(app.handle, limit)
+            ctx = self.backend.create_context(app.handle, limit, shared=None if limit is None else shared)
             self._streams[(app.index, limit)] = self.backend.create_stream(ctx)
 
     def undeploy(self, app: AppState) -> None:

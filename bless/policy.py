@@ -68,6 +68,10 @@ class Policy(ABC):
         """SM limits of the contexts to create for ``app`` at deployment."""
         return [None]
 
+    def shared_partition(self, app: AppState) -> str | None:
+        """Name of the SM partition ``app``'s restricted contexts share with other apps (None: their own)."""
+        return None
+
     @abstractmethod
     def step(self, now: float, apps: list[AppState]) -> Decision | None:
         """Decide what to launch now; None or an empty decision: nothing."""

@@ -177,7 +177,7 @@ class Executor:
         self.manager = KernelManager(backend)
         policy.setup(apps, backend.gpu)
         for app in apps:
-            self.manager.deploy(app, policy.context_limits(app, backend.gpu))
+            self.manager.deploy(app, policy.context_limits(app, backend.gpu), policy.shared_partition(app))
         self.squads: list[tuple[float, float, bool]] = []
         """Per squad: device duration, the determiner's estimate, restricted or not."""
         self.launched: set[Request] = set()
@@ -202,7 +202,7 @@ class Executor:
         apps = [*self.apps, app]
         self._ahead = None
         self.policy.setup(apps, self.backend.gpu)
-        self.manager.deploy(app, self.policy.context_limits(app, self.backend.gpu))
+        self.manager.deploy(app, self.policy.context_limits(app, self.backend.gpu), self.policy.shared_partition(app))
         self.apps.append(app)
 
     def remove_app(self, app: AppState) -> list[Request]:

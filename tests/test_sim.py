@@ -1,5 +1,6 @@
 """The simulated GPU: solo timing, SM sharing, DRAM interference, host costs, clocks."""
 
+import dataclasses
 import time
 
 import numpy as np
@@ -149,3 +150,102 @@ def test_wall_clock_mode_finishes_kernels_in_real_time():
     assert done == [runs[-1]]
     assert sim == pytest.approx(app.t[-1].sum(), rel=0.05)
     assert wall >= sim * 0.95
+
+
+# ------------------------------------------------------------ deployments, time, contexts
+def test_two_deployments_of_one_profile_launch_from_their_own_threads(app_a):
+    host = HostCosts.for_gpu("a100")
+    be = SimBackend("a100")
+    one, two = be.deploy(app_a), be.deploy(app_a)
+    s1 = be.create_stream(be.create_context(one, 54))
+    s2 = be.create_stream(be.create_context(two, 54))
+    r1 = [be.launch(s1, one, i) for i in range(3)]
+    r2 = [be.launch(s2, two, i) for i in range(3)]
+    # Each deployment's launches serialise on its own launch cost only.
+    assert [r.issue_time for r in r1] == pytest.approx([host.launch * (i + 1) for i in range(3)])
+    assert [r.issue_time for r in r2] == pytest.approx([host.launch * (i + 1) for i in range(3)])
+
+
+def test_a_fault_injected_into_one_deployment_leaves_its_twin_alone(app_a):
+    be = SimBackend("a100")
+    one, two = be.deploy(app_a), be.deploy(app_a)
+    s1 = be.create_stream(be.create_context(one, None))
+    s2 = be.create_stream(be.create_context(two, None))
+    be.inject_fault(one, kernel=0)
+    assert be.launch(s2, two, 0).error is None
+    assert be.launch(s1, one, 0).error is not None
+
+
+def test_running_to_a_past_time_never_moves_the_clock_back(app_a):
+    be = SimBackend("a100", host=NO_HOST)
+    h = be.deploy(app_a)
+    s = be.create_stream(be.create_context(h, None))
+    for i in range(app_a.n_kernels):
+        be.launch(s, h, i)
+    be.engine.run(until=1e-3)
+    now = be.engine.now
+    assert now > 0
+    be.engine.run(until=now / 2)
+    assert be.engine.now == now
+
+
+def _wide_app(name: str, share: float = 1.0, us: float = 100.0):
+    """One 100 us compute kernel with no DRAM traffic keeping ``share`` of the SMs busy."""
+    app = _one_kernel_app(name, share)
+    return dataclasses.replace(app, t=app.t * (us / 100.0), T=app.T * (us / 100.0))
+
+
+def test_an_mps_cap_binds_the_contexts_kernels_together():
+    be = SimBackend("a100", host=NO_HOST)
+    h = be.deploy(_wide_app("w"))
+    ctx = be.create_context(h, 54)
+    a, b = be.create_stream(ctx), be.create_stream(ctx)
+    ra, rb = be.launch(a, h, 0), be.launch(b, h, 0)
+    be.engine.run(until=1e-6)
+    assert ra.sms + rb.sms == 54  # two streams, one cap
+    be.synchronize()
+    assert rb.start == pytest.approx(0.0) and rb.sms == 0 or rb.start >= ra.end - 1e-12
+
+
+def test_mps_caps_of_two_contexts_may_overlap_and_then_contend():
+    be = SimBackend("a100", host=NO_HOST)
+    ha, hb = be.deploy(_wide_app("a")), be.deploy(_wide_app("b"))
+    ra = be.launch(be.create_stream(be.create_context(ha, 80)), ha, 0)
+    rb = be.launch(be.create_stream(be.create_context(hb, 80)), hb, 0)
+    be.engine.run(until=1e-6)
+    assert (ra.sms, rb.sms) == (80, 28)  # caps add up to 160 SMs of 108
+
+
+def test_green_contexts_are_sm_sets_other_contexts_cannot_lend():
+    # An unrestricted kernel of 54 blocks takes SMs 0-53 first.  The green context of the app
+    # in deployment slot 1 (high SMs) runs beside it; the one in slot 2 (low SMs) must wait,
+    # although 54 SMs are free: they are not its SMs.  Under MPS caps it would run at once.
+    for mechanism, low_waits in (("green", True), ("mps", False)):
+        be = SimBackend("a100", host=NO_HOST, mechanism=mechanism)
+        # Deployment slots 0, 1, 2: green sets low, high, low.
+        first, high, low = (be.deploy(_wide_app(n, share=0.5 if n == "first" else 1.0))
+                            for n in ("first", "high", "low"))
+        r0 = be.launch(be.create_stream(be.create_context(first, None)), first, 0)
+        r_low = be.launch(be.create_stream(be.create_context(low, 54)), low, 0)
+        r_high = be.launch(be.create_stream(be.create_context(high, 54)), high, 0)
+        be.synchronize()
+        assert r0.start == pytest.approx(0.0)
+        assert (r_low.start >= r0.end - 1e-12) is low_waits, mechanism
+        if low_waits:
+            assert r_high.start == pytest.approx(0.0)  # its own SMs are free
+
+
+def test_apps_of_a_shared_partition_hold_its_sms_together():
+    be = SimBackend("a100", host=NO_HOST)
+    be1, be2 = be.deploy(_wide_app("be1", us=1000.0)), be.deploy(_wide_app("be2", us=1000.0))
+    rt = be.deploy(_wide_app("rt", share=0.5))
+    r1 = be.launch(be.create_stream(be.create_context(be1, 54, shared="best-effort")), be1, 0)
+    r2 = be.launch(be.create_stream(be.create_context(be2, 54, shared="best-effort")), be2, 0)
+    be.engine.run(until=50e-6)
+    assert r1.sms + r2.sms == 54
+    # The real-time kernel arriving later finds its 54 SMs free and starts at once.
+    arrival = be.engine.now
+    late = be.launch(be.create_stream(be.create_context(rt, None)), rt, 0)
+    be.synchronize()
+    assert late.start == pytest.approx(arrival)
+    assert late.duration == pytest.approx(100e-6)

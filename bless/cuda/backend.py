@@ -152,11 +152,11 @@ class CudaBackend(Backend):
         """Bytes of the apps' arenas plus what the restricted contexts took."""
         return self._arena_bytes + sum(self.context_memory.values())
 
-    def create_context(self, app: AppHandle, sm_limit: int | None) -> AppContext:
+    def create_context(self, app: AppHandle, sm_limit: int | None, *, shared: str | None = None) -> AppContext:
         state: DeployedApp = app.private
         known = {id(c) for c in self.pool.contexts}
         before = self.device.memory_info()[0]
-        ctx = self.pool.context(sm_limit, state.slot)
+        ctx = self.pool.context(sm_limit, state.slot, shared)
         if ctx.restricted and id(ctx) not in known:
             self.context_memory[ctx.label] = max(0, before - self.device.memory_info()[0])
         self._clock(ctx)

@@ -1,10 +1,13 @@
 """SM-restricted contexts: green contexts or MPS execution affinity, behind one pool interface.
 
 A pool hands out one :class:`ExecContext` per distinct SM set and caches it:
-contexts are shared by every app of the process (an app's memory lives in a
-VMM arena every context can reach, see :mod:`bless.cuda.memory`), so N apps
-at 18 levels cost at most 18 contexts, not 18 N.  ``sm_limit`` None (or the
-whole GPU) is the primary context.
+contexts are shared by the apps of the process where sharing changes nothing
+(an app's memory lives in a VMM arena every context can reach, see
+:mod:`bless.cuda.memory`): green contexts of the same SM groups are the same
+SMs, so N apps at 18 levels cost at most 36 green contexts.  An MPS affinity
+context's limit binds all its kernels together, so each app (or shared
+partition, ``Backend.create_context``) has its own per SM count.  ``sm_limit``
+None (or the whole GPU) is the primary context.
 
 * **Green contexts** (driver 12.4+, no daemon).  The device's SMs are split
   once with ``cuDevSmResourceSplitByCount`` into groups of the architecture's
@@ -107,11 +110,12 @@ class ContextPool(ABC):
         self.primary = ExecContext(device.primary, device.info.sm_count, "primary", "all SMs")
         self._contexts: dict[Any, ExecContext] = {}
 
-    def context(self, sm_limit: int | None, slot: int = 0) -> ExecContext:
-        """The context for ``sm_limit`` SMs (None: all) for the app in deployment slot ``slot``."""
+    def context(self, sm_limit: int | None, slot: int = 0, shared: str | None = None) -> ExecContext:
+        """The context for ``sm_limit`` SMs (None: all) for the app in deployment slot ``slot``,
+        or for the apps of the shared partition ``shared`` (see ``Backend.create_context``)."""
         if sm_limit is None or sm_limit >= self.device.info.sm_count:
             return self.primary
-        key = self._key(int(sm_limit), slot)
+        key = self._key(int(sm_limit), slot, shared)
         ctx = self._contexts.get(key)
         if ctx is None:
             ctx = self._contexts[key] = self._create(key)
@@ -134,7 +138,7 @@ class ContextPool(ABC):
         self._contexts.clear()
 
     @abstractmethod
-    def _key(self, sm_limit: int, slot: int) -> Any:
+    def _key(self, sm_limit: int, slot: int, shared: str | None) -> Any:
         """What identifies the context for this request (equal keys share one context)."""
 
     @abstractmethod
@@ -166,8 +170,10 @@ class GreenContextPool(ContextPool):
         self._sm_type = sm_type
         self._whole = whole
 
-    def _key(self, sm_limit: int, slot: int) -> tuple[int, ...]:
-        return select_groups(self.sizes, sm_limit, from_high=slot % 2 == 1)
+    def _key(self, sm_limit: int, slot: int, shared: str | None) -> tuple[int, ...]:
+        # Equal SM groups are the same SMs, so apps on them may as well share the context;
+        # a shared partition takes the high groups.
+        return select_groups(self.sizes, sm_limit, from_high=shared is not None or slot % 2 == 1)
 
     def _create(self, key: tuple[int, ...]) -> ExecContext:
         drv, cu = self.driver, self.driver.cu
@@ -225,14 +231,17 @@ def create_affinity_context(device: Device, sm_count: int) -> Any:
 
 
 class MpsContextPool(ContextPool):
-    """One MPS client context per SM count (``CU_EXEC_AFFINITY_TYPE_SM_COUNT``)."""
+    """One MPS client context per app (or shared partition) and SM count (``CU_EXEC_AFFINITY_TYPE_SM_COUNT``)."""
 
     mechanism = "mps"
 
-    def _key(self, sm_limit: int, slot: int) -> int:
-        return sm_limit
+    def _key(self, sm_limit: int, slot: int, shared: str | None) -> tuple[int, int | str]:
+        # An affinity context's SMs are its own: two apps in one context would share its
+        # limit, so each app (or shared partition) has its own context per SM count.
+        return sm_limit, slot if shared is None else shared
 
-    def _create(self, sm_limit: int) -> ExecContext:
+    def _create(self, key: tuple[int, int | str]) -> ExecContext:
+        sm_limit = key[0]
         drv, cu = self.driver, self.driver.cu
         self.device.make_current()
         handle = create_affinity_context(self.device, sm_limit)

@@ -5,10 +5,11 @@ GPU-accelerated DNN inferences", OSDI'22) extended to spatial sharing, as the
 BLESS paper's REEF+ baseline: the real-time (RT) app's requests launch whole
 the moment they arrive into an unrestricted context, and the best-effort (BE)
 apps share one restricted partition of the SMs the RT app's quota leaves
-(``SMs - RT quota``, each BE app in a context of that size).  Because BE
-kernels can never hold more than that partition, an RT kernel always finds at
-least its quota's SMs free when it arrives -- the effect REEF gets from
-preempting BE kernels -- and it may take every SM the BE apps leave idle
+(``SMs - RT quota``: one shared partition, not one cap per BE app, since MPS
+caps of two BE apps would overlap and together take every SM).  Because BE
+kernels together can never hold more than that partition, an RT kernel always
+finds at least its quota's SMs free when it arrives -- the effect REEF gets
+from preempting BE kernels -- and it may take every SM the BE apps leave idle
 (REEF's dynamic kernel padding, seen from the other side).
 
 ``realtime`` picks the RT app by index or name; by default the app with the
@@ -57,6 +58,9 @@ class ReefPolicy(Policy):
 
     def context_limits(self, app: AppState, gpu: GpuSpec) -> list[int | None]:
         return [self._limit(app)]
+
+    def shared_partition(self, app: AppState) -> str | None:
+        return None if app.index == self._rt else "best-effort"
 
     def step(self, now: float, apps: list[AppState]) -> Decision | None:
         rt = [a for a in apps if a.index == self._rt]

@@ -506,7 +506,7 @@ class ServingCore:
         n = served.state.profile.n_kernels
         if not 0 <= kernel < n:
             raise InvalidArgument(f"kernel: app {name!r} has {n} kernels (0..{n - 1}), got {kernel}")
-        inject(served.state.handle.name, kernel, max(count, 1))
+        inject(served.state.handle, kernel, max(count, 1))
 
     def _shut_down(self) -> None:
         """Fail everything still here, explicitly, and refuse what comes later."""

@@ -53,12 +53,12 @@ class SimBackend(Backend):
         if clock not in CLOCKS:
             raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
         self.clock = clock
-        self.host = host or HostCosts()
+        self.host = host or HostCosts.for_gpu(self.gpu)
         self.mechanism = mechanism
         self.gpu.round_sms(1, mechanism)  # validates the mechanism name
         self.engine = Engine(
             self.gpu.sm_count,
-            interference=interference,
+            interference=interference or InterferenceModel.for_gpu(self.gpu.name),
             context_switch=self.host.context_switch,
             event_latency=self.host.event,
             noise_sigma=noise_sigma,
@@ -66,16 +66,20 @@ class SimBackend(Backend):
             bandwidth_share=bandwidth_share,
         )
         self._host = 0.0
-        self._cursor: dict[str, float] = {}
-        """Per app: host time its launching thread is busy until."""
+        self._cursor: dict[int, float] = {}
+        """Per deployment (by handle): host time its launching thread is busy until."""
         self._completed: list[KernelRun] = []
         self._memory_used = 0
         self._held: dict[int, int] = {}
-        """Bytes held per deployed app (its own memory plus its contexts)."""
+        """Bytes held per deployment (its own memory plus its contexts)."""
+        self._shared: dict[tuple[str, int], tuple[Context, set[int], int]] = {}
+        """Shared partitions by (name, SMs): the context, the deployments in it, its memory."""
+        self._slots: dict[int, int] = {}
+        """Deployment slot per deployment: even slots take green SM sets from the low SMs, odd from the high."""
         self._t0 = time.monotonic()
         self._wake = threading.Event()
-        self._faults: dict[tuple[str, int], tuple[int, str]] = {}
-        """Armed faults: (app, kernel index) -> (launches left to fault, message)."""
+        self._faults: dict[tuple[int, int], tuple[int, str]] = {}
+        """Armed faults: (deployment, kernel index) -> (launches left to fault, message)."""
 
     # ------------------------------------------------------------ apps
     def deploy(self, profile: Profile) -> AppHandle:
@@ -83,11 +87,20 @@ class SimBackend(Backend):
         self._allocate(profile.memory_bytes, f"app {profile.app!r}")
         handle = AppHandle(profile.app, profile, app)
         self._held[id(handle)] = profile.memory_bytes
+        self._slots[id(handle)] = min(set(range(len(self._slots) + 1)) - set(self._slots.values()))
         return handle
 
     def undeploy(self, app: AppHandle) -> None:
         """Free the app's memory and the memory of every context made for it."""
         self._memory_used -= self._held.pop(id(app), 0)
+        self._slots.pop(id(app), None)
+        self._cursor.pop(id(app), None)
+        for key, (_, members, cost) in list(self._shared.items()):
+            members.discard(id(app))
+            if not members:  # the last app of a shared partition frees its context
+                self._memory_used -= cost
+                del self._shared[key]
+        self._faults = {key: armed for key, armed in self._faults.items() if key[0] != id(app)}
 
     def _allocate(self, nbytes: int, what: str) -> None:
         if self._memory_used + nbytes > self.gpu.memory_bytes:
@@ -102,13 +115,35 @@ class SimBackend(Backend):
     def memory_used(self) -> int:
         return self._memory_used
 
-    def create_context(self, app: AppHandle, sm_limit: int | None) -> Context:
+    def create_context(self, app: AppHandle, sm_limit: int | None, *, shared: str | None = None) -> Context:
         granted = None if sm_limit is None else self.gpu.round_sms(sm_limit, self.mechanism)
-        cost = self.gpu.green_context_memory_bytes if self.mechanism == "green" else self.gpu.context_memory_bytes
+        key = None if shared is None or granted is None else (shared, granted)
+        partition = self._shared.get(key) if key is not None else None
+        if partition is not None:
+            partition[1].add(id(app))
+            return partition[0]
+        cost = self.gpu.context_bytes(self.mechanism)
         self._allocate(cost, f"a context of app {app.name!r}")
-        self._held[id(app)] = self._held.get(id(app), 0) + cost
-        label = f"{app.name}/{'all' if granted is None else granted}"
-        return self.engine.create_context(granted, label)
+        label = f"{shared or app.name}/{'all' if granted is None else granted}"
+        if granted is None or self.mechanism != "green":
+            ctx = self.engine.create_context(granted, label)
+        else:
+            # A shared partition takes the high SMs, as an odd deployment slot does.
+            slot = 1 if key is not None else self._slots.get(id(app), 0)
+            ctx = self.engine.create_context(None, label, sm_set=self._green_set(slot, granted))
+        if key is not None:
+            self._shared[key] = (ctx, {id(app)}, cost)
+        else:
+            self._held[id(app)] = self._held.get(id(app), 0) + cost
+        return ctx
+
+    def _green_set(self, slot: int, sms: int) -> int:
+        """The SMs of a green context: the lowest ``sms`` for even deployment slots, the highest for odd.
+
+        The CUDA backend takes its SM groups the same way (:mod:`bless.cuda.contexts`), so
+        the two apps of a split get disjoint SMs whenever their counts fit the GPU."""
+        low = (1 << sms) - 1
+        return low if slot % 2 == 0 else low << (self.gpu.sm_count - sms)
 
     def granted_sms(self, context: Context) -> int:
         return self.gpu.sm_count if context.sm_limit is None else context.sm_limit
@@ -132,8 +167,8 @@ class SimBackend(Backend):
         # with their issue time and the model catches up when the host waits.)
         # Each app launches from its own host thread: launches of one app
         # serialise on the launch cost, different apps' launches overlap.
-        issue = max(self._cursor.get(app.name, 0.0), self.now()) + self.host.launch
-        self._cursor[app.name] = issue
+        issue = max(self._cursor.get(id(app), 0.0), self.now()) + self.host.launch
+        self._cursor[id(app)] = issue
         run = self.engine.launch(
             stream,
             app.private.kernels[kernel],
@@ -145,11 +180,11 @@ class SimBackend(Backend):
         if after is not None and after.error is not None:
             run.error = after.error  # a fault poisons the kernels that depend on it
         elif self._faults:
-            self._fault_if_armed(run, app.name, kernel)
+            self._fault_if_armed(run, app, kernel)
         return run
 
-    def inject_fault(self, app: str, kernel: int = 0, count: int = 1, message: str = "") -> None:
-        """Make the next ``count`` launches of kernel ``kernel`` of ``app`` fault.
+    def inject_fault(self, app: AppHandle, kernel: int = 0, count: int = 1, message: str = "") -> None:
+        """Make the next ``count`` launches of kernel ``kernel`` of deployment ``app`` fault.
 
         A faulting kernel still runs for its usual time (the model does not
         abort streams); its ``error`` is set and every later kernel launched
@@ -159,18 +194,20 @@ class SimBackend(Backend):
         """
         if count < 1 or kernel < 0:
             raise ValueError(f"need count >= 1 and kernel >= 0, got count={count}, kernel={kernel}")
-        self._faults[(app, kernel)] = (count, message or f"injected fault in kernel {kernel} of app {app!r}")
+        self._faults[(id(app), kernel)] = (
+            count, message or f"injected fault in kernel {kernel} of app {app.name!r}")
 
-    def _fault_if_armed(self, run: KernelRun, app: str, kernel: int) -> None:
-        armed = self._faults.get((app, kernel))
+    def _fault_if_armed(self, run: KernelRun, app: AppHandle, kernel: int) -> None:
+        key = (id(app), kernel)
+        armed = self._faults.get(key)
         if armed is None:
             return
         left, message = armed
         run.error = message
         if left > 1:
-            self._faults[(app, kernel)] = (left - 1, message)
+            self._faults[key] = (left - 1, message)
         else:
-            del self._faults[(app, kernel)]
+            del self._faults[key]
 
     def _on_notify(self, run: KernelRun) -> None:
         self._completed.append(run)

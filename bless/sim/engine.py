@@ -5,20 +5,38 @@ stream runs its operations in order, streams run concurrently.  Between two
 events (a kernel starting or ending, a stream becoming ready) every running
 kernel progresses at a constant rate; rates are recomputed at every event:
 
-* **SMs.**  Kernels take SMs in launch order, as the hardware block scheduler
-  dispatches the earlier kernel's blocks first: each gets
-  ``min(cap, free)`` where ``cap`` is the kernel's own maximum useful SMs,
-  further limited by its context's SM restriction.  A kernel that finds no free
-  SM waits (rate 0) until one frees up.  Memory copies use the copy engine, not
+* **SMs and contexts.**  Kernels take SMs in launch order, as the hardware
+  block scheduler dispatches the earlier kernel's blocks first: each holds
+  ``min(max_sms, avail)`` SMs, ``max_sms`` being the most it keeps busy and
+  ``avail`` what its context leaves it.  An unrestricted context may use every
+  free SM.  An MPS context (execution affinity, ``sm_limit``) is a *cap*: its
+  running kernels together hold at most that many SMs, any of them, so two
+  capped contexts may share SMs over time and their caps may add up to more
+  than the GPU.  A green context is an SM *set*: its kernels run only on those
+  SMs, and contexts with disjoint sets never meet.  A kernel that finds no SM
+  waits (rate 0) until one frees up.  Memory copies use the copy engine, not
   SMs; concurrent copies share it equally.
-* **Solo speed.**  On ``s`` SMs a kernel alone would take ``solo[s]`` seconds.
-* **DRAM interference.**  At ``s`` SMs a kernel alone would use
-  ``u = dram_seconds / solo[s]`` of peak bandwidth.  With total demand
-  ``U = sum(u)`` each kernel's time stretches by
-  ``1 + u*(max(U, 1) - 1) + gamma*u*(U - u)``: the first term is bandwidth
-  saturation (a memory-bound kernel slows in proportion to oversubscription),
-  the second is queueing in L2/DRAM below saturation.  Both vanish when a
-  kernel runs alone, so solo timing is exactly the profile.
+* **Solo speed.**  With ``n`` SMs available a kernel alone takes ``solo[n]``.
+  Under an MPS cap the kernel runs at the cap's speed even when it holds fewer
+  SMs than the cap (the profile's levels were measured under MPS limits, where a
+  64-block kernel is measured 1.6x slower at 66 SMs than at 108); unrestricted
+  or on its own SM set, holding all the SMs it can use is full speed.
+* **Interference.**  A kernel alone at ``n`` SMs demands ``u = dram_seconds /
+  solo[n]`` of the peak DRAM bandwidth; ``U`` is the demand of all running
+  kernels.  Each kernel stretches by::
+
+      (1 + min(u, 1) * max(U - 1, 0)) * (1 + bandwidth * (U - u))
+
+  The first factor is saturation: past the peak a memory-bound kernel slows in
+  proportion to the oversubscription.  The second is contention below it: a
+  kernel slows in proportion to the bandwidth *the others* demand, whatever its
+  own SM count.  That is what the A100 MPS co-location data shows (a model on
+  20 % of the SMs beside a co-runner on 80 % suffers about twice the excess
+  slowdown it suffers at 80 %: the co-runner's demand grows with its SMs, the
+  victim's sensitivity does not shrink with its own).  ``bandwidth`` is fitted
+  on those measurements (``bless/gpudata/<gpu>.toml``, and
+  ``tools/validate_interference.py`` reports the fit per split and co-runner).
+  Both factors are 1 for a kernel alone, so solo timing is exactly the profile.
 * **Bandwidth share.**  A GPU partition with its own slice of the memory system
   (a MIG instance) has only ``bandwidth_share`` of the peak: demands are read
   relative to that share (``u / share``) and a kernel alone that would need
@@ -36,6 +54,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from bless.gpudata import gpu_constants
 from bless.sim.kernels import SimKernel
 
 _EPS = 1e-12
@@ -43,25 +62,55 @@ _EPS = 1e-12
 
 @dataclass(frozen=True)
 class InterferenceModel:
-    """Parameters of the DRAM interference term (see module docstring)."""
+    """Coefficients of the co-location interference term (see module docstring)."""
 
-    gamma: float = 0.5
-    """Below-saturation contention per unit of co-runner bandwidth demand."""
+    bandwidth: float = 0.0
+    """Stretch per unit of the DRAM bandwidth (fraction of peak) the other running kernels demand."""
+
+    @classmethod
+    def for_gpu(cls, gpu: str) -> "InterferenceModel":
+        """The fitted constants of GPU model ``gpu`` (``bless/gpudata/<gpu>.toml``, with their source)."""
+        return gpu_constants(gpu).build("interference", cls)
+
+
+def _lowest_bits(mask: int, n: int) -> int:
+    """The ``n`` lowest set bits of ``mask`` (it has at least ``n``): bisect on the bit count."""
+    if n >= mask.bit_count():
+        return mask
+    lo, hi = n, mask.bit_length()
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if (mask & ((1 << mid) - 1)).bit_count() >= n:
+            hi = mid
+        else:
+            lo = mid + 1
+    return mask & ((1 << lo) - 1)
 
 
 class Context:
-    """An execution context: unrestricted (``sm_limit is None``) or limited to n SMs."""
+    """An execution context: unrestricted, capped at n SMs (MPS), or bound to an SM set (green).
 
-    __slots__ = ("cid", "sm_limit", "label")
+    * ``sm_limit is None``: every SM of the GPU.
+    * ``sm_set is None`` and ``sm_limit = n`` (MPS execution affinity): the
+      context's running kernels *together* hold at most n SMs, any n: two capped
+      contexts may use the same SMs at different times, and their caps may add
+      up to more than the GPU.
+    * ``sm_set`` (a bitmask of SM ids; green contexts): its kernels run only on
+      those SMs; two contexts whose sets are disjoint never share an SM.
+    """
 
-    def __init__(self, cid: int, sm_limit: int | None, label: str = "") -> None:
+    __slots__ = ("cid", "sm_limit", "sm_set", "label")
+
+    def __init__(self, cid: int, sm_limit: int | None, label: str = "", sm_set: int | None = None) -> None:
         self.cid = cid
         self.sm_limit = sm_limit
+        self.sm_set = sm_set
         self.label = label
 
     def __repr__(self) -> str:
         lim = "all" if self.sm_limit is None else self.sm_limit
-        return f"Context({self.cid}, sms={lim}, {self.label!r})"
+        kind = "" if self.sm_set is None else " set"
+        return f"Context({self.cid}, sms={lim}{kind}, {self.label!r})"
 
 
 class KernelRun:
@@ -69,7 +118,7 @@ class KernelRun:
 
     __slots__ = (
         "kernel", "stream", "issue_time", "tag", "start", "end",
-        "remaining", "sms", "rate", "cap", "noise", "seq", "on_done", "after", "gap", "error",
+        "remaining", "sms", "avail", "mask", "rate", "noise", "seq", "on_done", "after", "gap", "error",
     )
 
     def __init__(
@@ -88,12 +137,15 @@ class KernelRun:
         self.end: float | None = None
         self.remaining = 1.0
         self.sms = 0
+        """SMs the kernel's blocks occupy now."""
+        self.avail = 0
+        """SMs available to it now (its context's share left free): its speed is read here."""
+        self.mask = 0
+        """Which SMs it occupies (bitmask), kept only while a context has an SM set."""
         self.rate = 0.0
         self.noise = noise
         self.seq = 0
         self.on_done = on_done
-        lim = stream.context.sm_limit
-        self.cap = kernel.max_sms if lim is None or lim >= kernel.max_sms else lim
         self.error: str | None = None
         """Set when the kernel faulted (the engine still runs it; see SimBackend.inject_fault)."""
 
@@ -143,7 +195,10 @@ class Engine:
             raise ValueError(f"bandwidth_share must be in (0, 1], got {bandwidth_share}")
         self.sm_count = sm_count
         self.bandwidth_share = bandwidth_share
-        self.gamma = (interference or InterferenceModel()).gamma
+        self.interference = interference or InterferenceModel()
+        self._all_mask = (1 << sm_count) - 1
+        self._masked = False
+        """True once a context has an SM set: kernels then take concrete SMs."""
         self.context_switch = context_switch
         self.event_latency = event_latency
         self.noise_sigma = noise_sigma
@@ -159,11 +214,20 @@ class Engine:
         self.stats = EngineStats()
 
     # ------------------------------------------------------------ setup
-    def create_context(self, sm_limit: int | None, label: str = "") -> Context:
+    def create_context(self, sm_limit: int | None, label: str = "", *, sm_set: int | None = None) -> Context:
+        """A context capped at ``sm_limit`` SMs (None: all), or bound to the SMs of ``sm_set``."""
+        if sm_set is not None:
+            if not 0 < sm_set <= self._all_mask:
+                raise ValueError(f"sm_set must be a non-empty set of SMs 0..{self.sm_count - 1}")
+            sm_limit = sm_set.bit_count()
+            if sm_limit == self.sm_count:
+                sm_set, sm_limit = None, None
+            else:
+                self._masked = True
         if sm_limit is not None and not 1 <= sm_limit <= self.sm_count:
             raise ValueError(f"sm_limit must be in 1..{self.sm_count} or None, got {sm_limit}")
         self._contexts += 1
-        return Context(self._contexts, sm_limit, label)
+        return Context(self._contexts, sm_limit, label, sm_set)
 
     def create_stream(self, context: Context) -> Stream:
         s = Stream(len(self.streams), context, self)
@@ -205,6 +269,8 @@ class Engine:
         """Advance virtual time to ``until``, until no work is left, or until a
         completion callback called :meth:`halt` (the time of that completion)."""
         self._halt = False
+        if until < self.now:
+            until = self.now  # time only moves forward
         while True:
             t_next, ending = self._next_event()
             if t_next == math.inf:
@@ -287,10 +353,21 @@ class Engine:
         return nxt
 
     def _allocate(self) -> None:
-        """Give SMs in launch order, then set each kernel's progress rate."""
-        free = self.sm_count
+        """Give SMs in launch order, then set each kernel's progress rate.
+
+        A kernel holds ``min(max_sms, avail)`` SMs, where ``avail`` is what its
+        context still has free: the GPU's free SMs, less what the context's
+        earlier kernels hold under an MPS cap, or the free SMs of its set.  It
+        progresses at its solo speed with ``avail`` SMs available (under an MPS
+        cap a kernel of few blocks still runs slower than on the whole GPU, as
+        measured), stretched by the interference of the other running kernels.
+        """
+        free = n_all = self.sm_count
+        masked = self._masked
+        free_mask = self._all_mask
         copies = 0
         demand = 0.0
+        capped: dict[int, int] = {}
         running = self.running
         now = self.now
         for r in running:
@@ -300,18 +377,40 @@ class Engine:
                 if r.start is None:
                     r.start = now
                 continue
-            s = r.cap if r.cap <= free else free
+            ctx = r.stream.context
+            lim = ctx.sm_limit
+            sm_set = ctx.sm_set
+            if sm_set is not None:
+                pool = free_mask & sm_set
+                avail = pool.bit_count()
+            else:
+                pool = free_mask
+                avail = free
+                if lim is not None and lim - capped.get(ctx.cid, 0) < avail:
+                    avail = lim - capped.get(ctx.cid, 0)
+            s = k.max_sms if k.max_sms < avail else avail
             r.sms = s
-            free -= s
+            if sm_set is None and lim is not None:
+                # Under an MPS cap a kernel runs at the cap's measured speed even with
+                # spare SMs (the profile's levels were measured that way).
+                capped[ctx.cid] = capped.get(ctx.cid, 0) + s
+                r.avail = avail
+            else:
+                # Unrestricted or on its own SM set: holding all it can use is full speed.
+                r.avail = n_all if s == k.max_sms else avail
             if s:
-                demand += k.dram_seconds / k.solo[s]
+                free -= s
+                if masked:
+                    r.mask = _lowest_bits(pool, s)
+                    free_mask ^= r.mask
+                demand += k.dram_seconds / k.solo[r.avail]
                 if r.start is None:
                     r.start = now  # its first blocks run now
         share = self.bandwidth_share
         if share != 1.0:
             demand /= share
         over = demand - 1.0 if demand > 1.0 else 0.0
-        gamma = self.gamma
+        c_bw = self.interference.bandwidth
         for r in running:
             k = r.kernel
             if k.is_memcpy:
@@ -321,10 +420,11 @@ class Engine:
             if not s:
                 r.rate = 0.0
                 continue
-            t = k.solo[s]
+            t = k.solo[r.avail]
             u = k.dram_seconds / t / share
             w = u if u < 1.0 else 1.0
-            r.rate = 1.0 / (t * r.noise * (1.0 + w * over + gamma * w * (demand - u)))
+            stretch = (1.0 + w * over) * (1.0 + c_bw * (demand - u))
+            r.rate = 1.0 / (t * r.noise * stretch)
 
     def _advance(self, t: float) -> None:
         dt = t - self.now

@@ -1,0 +1,91 @@
+"""Co-location interference: the model's properties and its fit to the real A100 MPS pairs."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from bless.backend import HostCosts
+from bless.data import shared_data_dir
+from bless.gpudata import gpu_constants
+from bless.groundtruth import corun
+from bless.sim.backend import SimBackend
+from bless.sim.engine import InterferenceModel
+from bless.synthetic import synthetic_profile
+
+PAIRS_DIR = shared_data_dir() / "colocation" / "a100_mps_pairs"
+needs_pairs = pytest.mark.skipif(not (PAIRS_DIR / "corun_resnet50.csv").exists(),
+                                 reason="needs ../shared/data/colocation/a100_mps_pairs")
+NO_HOST = HostCosts(launch=0.0, sync=0.0, context_switch=0.0, event=0.0)
+
+
+def _corun_slowdown(victim_sms: int, corunner_dram: float) -> float:
+    """Victim (low DRAM) at ``victim_sms`` beside a looping co-runner on the rest, over alone."""
+    victim = synthetic_profile("v", n_kernels=40, dram_util=0.1, seed=3)
+    other = synthetic_profile("c", n_kernels=40, dram_util=corunner_dram, seed=4)
+
+    def latency(with_corunner: bool) -> float:
+        be = SimBackend("a100", host=NO_HOST)
+        hv = be.deploy(victim)
+        sv = be.create_stream(be.create_context(hv, victim_sms))
+        if with_corunner:
+            hc = be.deploy(other)
+            sc = be.create_stream(be.create_context(hc, 108 - victim_sms))
+            for _ in range(20):  # the co-runner keeps running past the victim's end
+                for i in range(other.n_kernels):
+                    be.launch(sc, hc, i)
+        runs = [be.launch(sv, hv, i) for i in range(victim.n_kernels)]
+        be.synchronize()
+        return runs[-1].end - runs[0].start
+
+    return latency(True) / latency(False)
+
+
+def test_the_interference_constant_comes_from_the_gpu_data_with_its_source():
+    sourced = gpu_constants("a100").sources["interference.bandwidth"]
+    assert sourced.source and "a100_mps_pairs" in sourced.source
+    assert InterferenceModel.for_gpu("a100").bandwidth == sourced.value > 0
+
+
+def test_fewer_sms_beside_a_bigger_corunner_suffer_more():
+    # The measured asymmetry: the co-runner's demand grows with its SMs, the victim's
+    # sensitivity does not shrink with its own.
+    assert _corun_slowdown(22, 0.5) > _corun_slowdown(88, 0.5) > 1.0
+
+
+def test_a_more_memory_intensive_corunner_slows_more():
+    assert _corun_slowdown(54, 0.05) < _corun_slowdown(54, 0.4) < _corun_slowdown(54, 0.8)
+
+
+def test_pairs_files_missing_a_column_are_refused_by_name(tmp_path):
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("model,batch,sm_pct,corunner,latency_s\nresnet50,1,20,vgg19,0.01\n")
+    solo = tmp_path / "solo.csv"
+    solo.write_text("model,batch,sm_pct,latency_s\nresnet50,1,20,0.005\n")
+    with pytest.raises(ValueError, match="corunner_batch"):
+        corun.load_pairs(pairs, solo)
+
+
+@needs_pairs
+def test_host_bound_rows_are_told_apart_by_the_lightest_corunners():
+    data = corun.load_pairs(PAIRS_DIR / "corun_resnet50.csv", PAIRS_DIR / "solo.csv")
+    excluded = {(e.row.batch, e.row.sm_pct) for e in data.excluded}
+    kept = {(r.batch, r.sm_pct) for r in data.rows}
+    assert (1, 20) in excluded and (2, 80) in excluded  # flat solo latency: the harness bounds them
+    assert {(32, 20), (64, 80), (16, 50)} <= kept
+    assert not excluded & kept  # a point is in or out as a whole
+    assert all("host-bound" in e.reason for e in data.excluded)
+
+
+@needs_pairs
+def test_replayed_pairs_reproduce_the_measured_slowdowns_and_their_asymmetry():
+    data = corun.load_pairs(PAIRS_DIR / "corun_resnet50.csv", PAIRS_DIR / "solo.csv")
+    rows = [r for r in data.rows if r.batch == 32 and r.sm_pct in (20, 80) and r.corunner_batch in (1, 16, 64)]
+    assert len(rows) == 30
+    results = corun.replay_rows(rows)
+    overall = corun.summarize("all", results)
+    assert overall.mean_abs_error < 0.03
+    assert 0.8 < overall.excess_reproduced < 1.25
+    by_split = {p: statistics.fmean(r.replay.slowdown for r in results if r.row.sm_pct == p) for p in (20, 80)}
+    assert by_split[20] - 1 > 1.5 * (by_split[80] - 1)  # fewer SMs, more slowdown, as measured
