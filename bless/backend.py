@@ -29,6 +29,7 @@ from bless.gpu import GpuSpec, get_gpu
 from bless.gpudata import gpu_constants
 from bless.profile import Profile
 from bless.registry import Registry
+from bless.trace_events import Placement
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,10 @@ class Backend(ABC):
     @abstractmethod
     def granted_sms(self, context: Any) -> int:
         """SMs the context may use, as the hardware granted them (rounding included)."""
+
+    @abstractmethod
+    def placement(self, run: Any) -> Placement:
+        """Where a launched kernel ran, as far as the backend knows (for timelines)."""
 
     @abstractmethod
     def create_stream(self, context: Any) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 from bless.backend import Backend
 from bless.policy import Decision
-from bless.requests import AppState, Request
+from bless.requests import AppState
 
 
 class KernelManager:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Callable
 
 from bless.admission.colocation import ColocationGate
 from bless.backend import Backend, create_backend
@@ -14,7 +14,7 @@ from bless.policy import POLICIES, Policy
 from bless.profile import Profile
 from bless.requests import AppState
 from bless.runtime import RunResult, Runtime
-from bless.trace_events import Placement, TraceRecorder
+from bless.trace_events import TraceRecorder
 from bless.workload import parse_load
 
 
@@ -57,19 +57,7 @@ def app_states(cfg: RunConfig, profiles: list[Profile]) -> list[AppState]:
 
 def trace_recorder(backend: Backend) -> TraceRecorder:
     """A timeline recorder that reads where kernels ran from ``backend``'s launch objects."""
-    if backend.name == "cuda":
-        from bless.cuda.timeline import placement
-
-        return TraceRecorder(placement)
-
-    def sim_placement(run: Any) -> Placement:
-        # A simulated KernelRun: its stream's context, and the SMs its blocks held last.
-        ctx = run.stream.context
-        granted = backend.granted_sms(ctx)
-        label = "all SMs" if ctx.sm_limit is None else f"{backend.mechanism} {granted} SMs"
-        return Placement(label, granted, run.sms)
-
-    return TraceRecorder(sim_placement)
+    return TraceRecorder(backend.placement)
 
 
 def run_config(

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import io
 import math
 import tarfile
 from dataclasses import dataclass, field

@@ -533,7 +533,6 @@ def write_app(root, profile, *, buffers_per_kernel: int = 2, dtype: str = "float
     import json
     from pathlib import Path
 
-    from bless.profile import Provenance
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)

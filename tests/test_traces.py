@@ -1,6 +1,5 @@
 """Trace loads: public formats read, windows, compression, scaling, seeded draws, clear errors."""
 
-import bz2
 import io
 import tarfile
 

@@ -20,7 +20,6 @@ Data (../shared/data/calibration, see bless/analytic_calibration.py):
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import replace
 from pathlib import Path

@@ -65,7 +65,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bless.admission.kace_data import DataError, FeatureTable, is_percentage
+from bless.admission.kace_data import FeatureTable, is_percentage
 from bless.gpu import MIB, GpuSpec
 from bless.profile import Profile
 

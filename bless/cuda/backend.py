@@ -42,7 +42,8 @@ from bless.cuda.driver import CudaError, Driver, import_bindings, load_driver
 from bless.cuda.kernels import LaunchEntry, LibraryCache, fill_buffers, prepare_launches
 from bless.cuda.memory import Arena, layout
 from bless.plan import Plan, check_matches, find_plan, load_plan
-from bless.cuda.timeline import ContextClock, CudaLaunch, CudaStream, Timeline, needs_wait
+from bless.cuda.timeline import ContextClock, CudaLaunch, CudaStream, Timeline, needs_wait, placement
+from bless.trace_events import Placement
 from bless.gpu import GPUS, GpuSpec, get_gpu
 from bless.profile import Profile
 
@@ -174,6 +175,9 @@ class CudaBackend(Backend):
 
     def granted_sms(self, context: AppContext) -> int:
         return context.context.sm_count
+
+    def placement(self, run: CudaLaunch) -> Placement:
+        return placement(run)
 
     def create_stream(self, context: AppContext) -> CudaStream:
         ctx = context.context

@@ -22,6 +22,7 @@ from bless.gpu import GpuSpec, get_gpu
 from bless.profile import Profile
 from bless.sim.engine import Context, Engine, InterferenceModel, KernelRun, Stream
 from bless.sim.kernels import SimApp
+from bless.trace_events import Placement
 
 CLOCKS = ("virtual", "wall")
 SPIN_SECONDS = 300e-6
@@ -147,6 +148,13 @@ class SimBackend(Backend):
 
     def granted_sms(self, context: Context) -> int:
         return self.gpu.sm_count if context.sm_limit is None else context.sm_limit
+
+    def placement(self, run: KernelRun) -> Placement:
+        """Its stream's context, and the SMs its blocks held last (the engine keeps no history)."""
+        ctx = run.stream.context
+        granted = self.granted_sms(ctx)
+        label = "all SMs" if ctx.sm_limit is None else f"{self.mechanism} {granted} SMs"
+        return Placement(label, granted, run.sms)
 
     def create_stream(self, context: Context) -> Stream:
         return self.engine.create_stream(context)

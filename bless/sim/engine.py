@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bless.gpudata import gpu_constants
 from bless.sim.kernels import SimKernel
