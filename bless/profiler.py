@@ -45,7 +45,10 @@ def estimate_max_sm_share(level_sms: np.ndarray, t: np.ndarray, blocks: int | No
 
     Bounded by its block count (a block runs on one SM) and by the knee of its
     measured curve (the first level within :data:`KNEE_TOLERANCE` of the
-    full-GPU time: more SMs than that buy nothing).
+    full-GPU time: more SMs than that buy little).  This is occupancy only: the
+    measured curve is kept as it is above d% (under an MPS limit a kernel with
+    fewer blocks than SMs can still be slower than on the whole GPU), so do not
+    assume ``t`` is flat from d% on.
     """
     full = t[-1]
     knee = int(level_sms[int(np.argmax(t <= full * (1 + KNEE_TOLERANCE)))])

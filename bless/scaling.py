@@ -10,8 +10,10 @@ A kernel measured at ``n_ref`` SMs (usually the whole GPU) takes, at ``n`` SMs::
   ``B`` blocks and ``k`` blocks resident per SM, a wave of work on ``m`` SMs is
   ``x(m) = B / min(k*m, B)`` block-times; quantisation is partial (several blocks
   share an SM, cuDNN re-picks algorithms), so ``W = q*ceil(x) + (1-q)*x`` and
-  ``Fc(n) = (W(n) / W(n_ref))**alpha``.  It is flat once ``k*m >= B``: a kernel
-  gains nothing beyond its maximum useful SMs.  Unknown grids scale as ``1/n``.
+  ``Fc(n) = (W(n) / W(n_ref))**alpha``.  It is flat once ``k*m >= B``.  Unknown
+  grids scale as ``1/n``.  (Measured points and twins may keep falling above
+  ``B`` SMs, and :func:`fit_curve` keeps them: under an MPS limit of ``n`` SMs
+  fewer than ``n`` blocks start at once.)
 * ``Fm``: the DRAM part.  Bandwidth saturates at ``mem_knee_sms`` SMs, so
   ``Fm(n) = max(1, knee/n) / max(1, knee/n_ref)``: memory-bound kernels stop
   gaining at about half the GPU (Habitat, Yu et al., ATC'21, scales memory-bound
@@ -139,10 +141,13 @@ def _waves(blocks: np.ndarray, m: float, p: ScalingParams) -> np.ndarray:
 # ------------------------------------------------------------- curve fitting
 @dataclass(frozen=True)
 class Curve:
-    """A kernel's duration at each profile level and the share of SMs it can use."""
+    """A kernel's duration at each profile level and the share of SMs it keeps busy."""
 
     t: np.ndarray
+    """Duration (us) alone with ``level_sms[i]`` SMs available, non-increasing in SMs."""
     max_sm_share: float
+    """Most SMs it keeps busy at once (occupancy), as a fraction of the GPU; the
+    duration curve is not flat from there (see :func:`fit_curve`)."""
 
 
 def fit_curve(
@@ -162,10 +167,19 @@ def fit_curve(
     point, when it is not the whole GPU (BERT's data stops at 88 SMs), the kernel's
     own trend does: ``a + b/n`` least-squares through its three highest points,
     kept between no gain and linear gain (predicting 108 SMs from 54-88 this way
-    is 6.9 % worst-case per pass on the CNN data, the model alone 14 %).  Finally the curve is flat
-    from the kernel's maximum useful SMs on: ``max_sm_share`` is the smaller of
-    its block count and the first level within :data:`KNEE_TOLERANCE` of the
-    full-GPU time, as a fraction of the GPU.
+    is 6.9 % worst-case per pass on the CNN data, the model alone 14 %).
+
+    The curve is **not** flattened at the kernel's block count: under an MPS
+    active-thread limit a kernel with ``B <= n`` blocks is still slower at ``n``
+    SMs than on the whole GPU when ``B`` exceeds the SMs the limit actually lets
+    its blocks start on at once (the A100 data: a 64-block convolution takes
+    24.6 us at 108 and 88 SMs but 38.8 us at 66, 54 and 44; 52-block kernels are
+    fast at 66 SMs and slow at 54; see ``profiles/README.md``).  Whatever the
+    points and the model say above the block count is kept.
+
+    ``max_sm_share`` is occupancy, not a duration rule: the most SMs the kernel
+    keeps busy at once, the smaller of its block count and the first level within
+    :data:`KNEE_TOLERANCE` of the full-GPU time, as a fraction of the GPU.
     """
     if not points:
         raise ValueError("fit_curve needs at least one measured point")
@@ -187,9 +201,8 @@ def fit_curve(
     t = np.maximum.accumulate(t[::-1])[::-1]  # never faster with fewer SMs
     full = t[-1]
     knee = float(levels[int(np.argmax(t <= full * (1.0 + KNEE_TOLERANCE)))])
-    cap = min(knee, float(traits.blocks or sm_count))
-    t = np.where(levels >= cap, full, t)
-    return Curve(t=t, max_sm_share=max(cap, 1) / sm_count)
+    busy = min(knee, float(traits.blocks or sm_count))
+    return Curve(t=t, max_sm_share=min(max(busy, 1.0), sm_count) / sm_count)
 
 
 def _extend_up(sms: np.ndarray, vals: np.ndarray, n: float) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -55,12 +56,27 @@ def test_curves_never_get_faster_with_fewer_sms(profiles):
         assert np.all(np.diff(p.T) <= 1e-12), name
 
 
-def test_max_sm_share_agrees_with_the_curve(profiles):
+def test_max_sm_share_is_occupancy_and_the_curve_is_not_flattened_at_it(profiles):
+    """max_sm_share = min(blocks, first level within 3 % of the full-GPU time) / 108; the curve above it
+    stays as measured (a kernel with fewer blocks than SMs can be slower than at 108: see below)."""
     sms = np.array(A100.level_sms())
+    slower_above_share = 0
     for name, p in profiles.items():
         for k, desc in enumerate(p.kernels):
-            flat = sms >= desc.max_sm_share * A100.sm_count - 1e-9
-            assert np.allclose(p.t[flat, k], p.t[-1, k], rtol=1e-6, atol=1e-12), (name, k, desc.name)
+            if desc.kind == "memcpy":
+                assert desc.max_sm_share == 1.0
+                continue
+            t = p.t[:, k]
+            busy = round(desc.max_sm_share * A100.sm_count)
+            blocks = desc.blocks or A100.sm_count
+            assert busy <= blocks, (name, k, desc.name)
+            if busy < blocks:  # set by the knee: the first level within 3 % of the full-GPU time
+                i = list(sms).index(busy)
+                ns = 2e-9  # profiles store times to 1 ns
+                assert t[i] <= t[-1] * 1.03 + ns and (i == 0 or t[i - 1] > t[-1] * 1.03 - ns), (name, k, desc.name)
+            above = sms >= desc.max_sm_share * A100.sm_count - 1e-9
+            slower_above_share += bool(np.any(t[above] > t[-1] * 1.001))
+    assert slower_above_share > 0, "some kernel should keep a slowdown above its max_sm_share"
 
 
 def test_t_is_the_kernel_sum_plus_one_launch(profiles):
@@ -85,14 +101,54 @@ def test_memory_bound_kernels_stop_gaining_at_about_half_the_gpu():
     assert predict(200.0, 22, mem) > 400.0
 
 
-def test_fit_curve_keeps_measured_levels_and_is_flat_from_max_share():
+def test_fit_curve_keeps_measured_levels_and_puts_max_share_at_the_knee():
     points = {22: 480.0, 44: 250.0, 54: 201.0, 66: 170.0, 88: 120.0, 108: 118.0}
     curve = fit_curve(A100.level_sms(), points, KernelTraits(blocks=392, conv_family=True))
     sms = list(A100.level_sms())
     assert curve.t[sms.index(54)] == pytest.approx(201.0) and curve.t[sms.index(66)] == pytest.approx(170.0)
     assert np.all(np.diff(curve.t) <= 0)
     assert curve.max_sm_share == pytest.approx(90 / 108), "88 SMs are within 3 %: the first level there is 90"
-    assert np.all(curve.t[np.array(sms) >= 90] == curve.t[-1])
+    assert curve.t[sms.index(96)] > curve.t[-1], "above the knee the curve still follows the points (1/n)"
+
+
+def test_fit_curve_keeps_a_small_grids_slowdown_above_its_block_count():
+    """The A100 data's 64-block implicit-GEMM convolution of ResNet-50 batch 1 (median over its 13
+    instances): 24.6 us at 108 and 88 SMs, 38.8 us at 66, 54 and 44 SMs, although 64 <= 66.  The curve
+    must keep that (it used to be flattened to 24.6 us from 64 SMs on); max_sm_share stays 64 blocks."""
+    points = {22: 71.2, 44: 39.2, 54: 38.8, 66: 38.8, 88: 25.0, 108: 24.6}
+    curve = fit_curve(A100.level_sms(), points, KernelTraits(blocks=64, conv_family=True))
+    sms = list(A100.level_sms())
+    assert curve.t[sms.index(66)] == pytest.approx(38.8)
+    assert curve.t[sms.index(54)] == pytest.approx(38.8)
+    assert curve.t[sms.index(66)] / curve.t[-1] == pytest.approx(38.8 / 24.6)
+    assert curve.t[-1] == pytest.approx(24.6)
+    assert curve.max_sm_share == pytest.approx(64 / 108), "occupancy: it never holds more SMs than blocks"
+    # The simulator reads the same curve at the SMs available to the kernel.
+    from bless.curves import at_sms
+
+    assert at_sms(np.array(sms), curve.t, 66) == pytest.approx(38.8)
+    # 88 SMs lies between the 84 and 90 SM levels: read there it is within 3 % of the point.
+    assert at_sms(np.array(sms), curve.t, 88) == pytest.approx(25.0, rel=0.03)
+
+
+def test_simulated_kernel_keeps_its_slowdown_above_max_sms(profiles):
+    """solo[n] is the time with n SMs available, not flattened at max_sms (which is occupancy)."""
+    from bless.sim.kernels import SimApp
+
+    p = profiles["resnet50_train"]
+    app = SimApp.from_profile(p, A100)
+    sms = list(A100.level_sms())
+    found = 0
+    for k, (desc, sk) in enumerate(zip(p.kernels, app.kernels)):
+        if sk.is_memcpy:
+            continue
+        assert sk.max_sms == desc.max_sms(A100.sm_count)
+        assert all(a >= b for a, b in itertools.pairwise(sk.solo[1:])), "never slower with more SMs"
+        for n in sms:
+            assert sk.solo[n] == pytest.approx(p.t[sms.index(n), k], rel=1e-9), (k, n)
+        if sk.solo[sk.max_sms] > sk.solo[-1] * 1.001:
+            found += 1
+    assert found, "resnet50_train has kernels slower at max_sms than at 108 SMs"
 
 
 def test_fit_curve_pools_noisy_points_and_caps_at_the_block_count():
@@ -126,6 +182,43 @@ def test_scaling_model_whole_pass_error_under_10_percent_on_the_measurements():
     errors = calibrate.whole_model_errors(passes, FITTED, calibrate.loo_twin_ratios(passes, calibrate.FIT_MODELS))
     worst = max(errors, key=lambda e: abs(e.error))
     assert abs(worst.error) < 0.10, f"{worst.model} batch {worst.batch} at {worst.sms} SMs: {worst.error:+.1%}"
+
+
+def test_small_grid_kernel_keeps_its_measured_slowdown_in_the_assembled_curve():
+    """From the data: ResNet-50 batch 1 kernels with at most 66 blocks that are >= 1.3x slower at 66 SMs
+    (MPS 60 %) than at 108 keep that slowdown in the assembled curve, and the whole pass at 66 SMs
+    matches its measured total (it was 6.2 % short while assembly flattened curves at the block count)."""
+    _shared_data_or_skip()
+    from bless.groundtruth import lomo
+    from bless.groundtruth.passes import from_mps
+
+    pd = from_mps("resnet50", 1)
+    sms = list(A100.level_sms())
+    small = [k for k in pd.kernels if k.blocks and k.blocks <= 66 and len(k.points) == 6
+             and k.points[66] >= 1.3 * k.points[108]]
+    assert len(small) >= 10, "the data has such kernels (64-block implicit-GEMM convolutions)"
+    for k in small:
+        curve = fit_curve(A100.level_sms(), k.points, k.traits)
+        # Isotonic smoothing may pool 66 with its noisy neighbours 44/54, never drop it to 108's time.
+        assert curve.t[sms.index(66)] >= 0.99 * min(k.points[n] for n in (44, 54, 66)), (k.name, k.points)
+        assert curve.t[sms.index(66)] >= 1.15 * curve.t[-1], (k.name, k.points)
+        assert curve.max_sm_share <= k.blocks / 108 + 1e-12
+    measured = {c.sms: c.error for c in lomo.check_pass("resnet50", 1) if c.predictor == "measured"}
+    assert abs(measured[66]) < 0.01 and abs(measured[54]) < 0.01
+
+
+def test_held_out_resnets_at_batch_1_through_the_assembly():
+    """ResNet-50 and ResNet-152 batch 1 from their full-GPU column + twins of the other models only,
+    assembled as profiles are: within 3 % at every MPS level (66 SMs was -6.4 % / -9.3 % before)."""
+    _shared_data_or_skip()
+    from bless.groundtruth import lomo
+    from bless.groundtruth.calibrate import FIT_MODELS, twin_library
+
+    for held in ("resnet50", "resnet152"):
+        twins = twin_library([m for m in FIT_MODELS if m != held])
+        for c in lomo.check_pass(held, 1, twins=twins):
+            if c.predictor == "twins+model":
+                assert abs(c.error) < 0.03, f"{held} batch 1 at {c.sms} SMs: {c.error:+.1%}"
 
 
 def test_shipped_resnet50_is_what_the_builder_makes_today():

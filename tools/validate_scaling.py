@@ -1,22 +1,29 @@
 #!/usr/bin/env python3
-"""How well the SM scaling model predicts reduced-level times from the full-GPU column alone.
+"""How well profile curves predict reduced-level times from the full-GPU column alone.
 
-For every model and batch of the A100 MPS data measured at all levels, prints the
-whole-pass error at MPS 20/40/50/60/80 % (22/44/54/66/88 SMs) of
+Leave-one-model-out, through the same curve assembly the shipped profiles use
+(:mod:`bless.groundtruth.lomo`): for every model of the A100 MPS data measured at
+reduced levels (resnet50, resnet152, vgg16, vgg19, mobilenet, inception; bert at
+20-80 % only) and every batch, batch 1 included, each kernel keeps only its
+reference-level point, takes twins from the *other* models (or the scaling model,
+refitted without the held-out model), becomes its 18-level curve with
+``bless.scaling.fit_curve``, and the curves are read at the measured SM counts as the
+simulator reads a profile.  Printed: the whole-pass error at MPS 20/40/50/60/80 %
+(22/44/54/66/88 SMs) of
 
-* ``twins+model``: the predictor profiles use (a measured twin of the same kernel in
-  another model where one exists, else the analytic model),
-* ``model``: the analytic model alone,
-* ``linear``: the plain rule t(n) = t(108) * 108 / n,
+* ``twins+model``: what the profiles use,
+* ``model``: the scaling model alone,
+* ``measured``: the pass's own measured points assembled (no prediction: what
+  assembly does to real points),
+* ``linear``: the plain rule t(n) = t(ref) * ref / n,
 
-leave-one-model-out: the held-out model's passes and twins never inform its
-prediction and the analytic constants are refitted without it (``--no-refit``
-uses the shipped constants instead: faster, but not a held-out test).  Then
-per-kernel error percentiles, and BERT (measured 20-80 % only) predicted from
-its 80 % column.  ``--fit`` refits the shipped constants on all six models.
+then the worst |error| per model and level, and per-kernel error percentiles.
+``--no-refit`` uses the shipped constants (faster, not held out for the CNNs);
+``--exact-sms`` assembles the curves at the measured SM counts instead of the 18
+profile levels; ``--fit`` refits the shipped constants on all six CNNs.
 
     .venv/bin/python tools/validate_scaling.py            # ~5 min (six refits)
-    .venv/bin/python tools/validate_scaling.py --no-refit # seconds
+    .venv/bin/python tools/validate_scaling.py --no-refit # ~30 s
 """
 
 from __future__ import annotations
@@ -29,13 +36,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bless.groundtruth import calibrate, mps  # noqa: E402
-from bless.scaling import FITTED, PARAM_NAMES, predict_many  # noqa: E402
+from bless.groundtruth import calibrate, lomo, mps  # noqa: E402
+from bless.scaling import FITTED, PARAM_NAMES  # noqa: E402
+
+LEVELS = tuple(mps.mps_sms(p) for p in mps.MPS_LEVELS[:-1])
+SUMMARISED = ("twins+model", "model", "measured")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-refit", action="store_true", help="use the shipped constants for held-out models")
+    ap.add_argument("--exact-sms", action="store_true",
+                    help="assemble curves at the measured SM counts, not the 18 profile levels")
     ap.add_argument("--fit", action="store_true", help="refit the shipped constants on all six models and print them")
     ap.add_argument("--max-iter", type=int, default=3000, help="Nelder-Mead iterations per fit")
     args = ap.parse_args(argv)
@@ -47,87 +59,73 @@ def main(argv=None) -> int:
             print(f"    {name}={getattr(params, name):.4g},")
         return 0
 
-    levels = [mps.mps_sms(p) for p in mps.MPS_LEVELS[:-1]]
-    header = "| model | batch | predictor | " + " | ".join(f"{p} % ({n} SMs)" for p, n in
-                                                         zip(mps.MPS_LEVELS, levels)) + " |"
-    print("## Whole-pass error, leave-one-model-out" + (" (shipped constants)" if args.no_refit else ""))
+    how = "shipped constants" if args.no_refit else "constants refitted without the held-out model"
+    where = "the measured SM counts" if args.exact_sms else "the 18 profile levels, read at the measured SMs"
+    print(f"## Whole-pass error through the profile assembly, leave-one-model-out ({how}; curves at {where})")
     print()
-    print(header)
-    print("|" + "---|" * (3 + len(levels)))
-    worst = {"twins+model": 0.0, "model": 0.0, "linear": 0.0}
-    per_model = {}
-    kernel_errs = {"twins+model": [], "model": [], "linear": []}
-    for held, params, with_twins, analytic in calibrate.leave_one_model_out(
-        refit=not args.no_refit, max_iter=args.max_iter
-    ):
-        by_batch: dict[int, dict[str, list[float]]] = {}
-        for e_t, e_a in zip(with_twins, analytic):
-            row = by_batch.setdefault(e_t.batch, {"twins+model": [], "model": [], "linear": []})
-            row["twins+model"].append(e_t.error)
-            row["model"].append(e_a.error)
-            row["linear"].append(e_t.linear_error)
-        for batch, rows in sorted(by_batch.items()):
-            for name, errs in rows.items():
-                print(f"| {held} | {batch} | {name} | " + " | ".join(f"{100 * e:+.1f} %" for e in errs) + " |")
-                worst[name] = max(worst[name], max(abs(e) for e in errs))
-                per_model.setdefault((held, name), []).extend(errs)
-        _kernel_errors(held, params, kernel_errs)
+    print("| model | batch | predictor | " + " | ".join(f"{p} % ({n} SMs)" for p, n in
+                                                     zip(mps.MPS_LEVELS, LEVELS)) + " |")
+    print("|" + "---|" * (3 + len(LEVELS)))
+    kernel_errs: dict[str, list[np.ndarray]] = {}
+    worst: dict[tuple[str, str, int], tuple[float, int]] = {}
+    used = {}
+    for held, params, checks in lomo.leave_one_model_out(refit=not args.no_refit, max_iter=args.max_iter,
+                                                         kernels_out=kernel_errs, exact_sms=args.exact_sms):
+        used[held] = params
+        rows: dict[tuple[int, str], dict[int, float]] = {}
+        for c in checks:
+            rows.setdefault((c.batch, c.predictor), {})[c.sms] = c.error
+            key = (held, c.predictor, c.sms)
+            if abs(c.error) > abs(worst.get(key, (0.0, 0))[0]):
+                worst[key] = (c.error, c.batch)
+        for (batch, name), errs in sorted(rows.items(), key=lambda kv: (kv[0][0], lomo.PREDICTORS.index(kv[0][1]))):
+            cells = [f"{100 * errs[n]:+.1f} %" if n in errs else "—" for n in LEVELS]
+            print(f"| {held} | {batch} | {name} | " + " | ".join(cells) + " |")
     print()
-    print("## Worst whole-pass error per model (all batches and levels)")
+    print("## Worst whole-pass error over all batches (1-64, VGG16 to 256), per model and level")
     print()
-    print("| model | twins+model | model | linear |")
-    print("|---|---|---|---|")
-    for held in calibrate.FIT_MODELS:
-        cells = [f"{100 * max(abs(e) for e in per_model[(held, n)]):.1f} %" for n in ("twins+model", "model", "linear")]
-        print(f"| {held} | " + " | ".join(cells) + " |")
-    print(f"| **all** | {100 * worst['twins+model']:.1f} % | {100 * worst['model']:.1f} % | "
-          f"{100 * worst['linear']:.1f} % |")
+    print("Signed error of the worst batch (batch in brackets). BERT has no grids, so no twins: "
+          "twins+model = model; its reference is 80 % (88 SMs).")
     print()
+    print("| model | predictor | " + " | ".join(f"{n} SMs" for n in LEVELS) + " | worst |")
+    print("|" + "---|" * (3 + len(LEVELS)))
+    overall = {(group, name): 0.0 for group in ("cnn", "bert") for name in SUMMARISED}
+    for held in used:
+        group = "cnn" if held in calibrate.FIT_MODELS else "bert"
+        for name in SUMMARISED:
+            cells = []
+            model_worst = 0.0
+            for n in LEVELS:
+                if (held, name, n) not in worst:
+                    cells.append("—")
+                    continue
+                e, b = worst[(held, name, n)]
+                cells.append(f"{100 * e:+.1f} % ({b})")
+                model_worst = max(model_worst, abs(e))
+            overall[(group, name)] = max(overall[(group, name)], model_worst)
+            print(f"| {held} | {name} | " + " | ".join(cells) + f" | {100 * model_worst:.1f} % |")
+    print()
+    for group, label in (("cnn", f"the {len(calibrate.FIT_MODELS)} CNNs (reference 108 SMs)"),
+                         ("bert", "BERT (reference 88 SMs, model only)")):
+        if any(overall[(group, n)] for n in SUMMARISED):
+            print(f"Worst over {label}: " + ", ".join(f"{n} {100 * overall[(group, n)]:.1f} %" for n in SUMMARISED))
+            print()
     print("## Per-kernel |error| percentiles (kernels measured as themselves at a reduced level)")
     print()
     print("| predictor | p50 | p90 | p99 | kernels x levels |")
     print("|---|---|---|---|---|")
-    for name, errs in kernel_errs.items():
-        a = np.abs(np.concatenate(errs))
+    for name in ("twins+model", "model", "linear"):
+        a = np.abs(np.concatenate(kernel_errs[name]))
         print(f"| {name} | {100 * np.percentile(a, 50):.1f} % | {100 * np.percentile(a, 90):.1f} % | "
               f"{100 * np.percentile(a, 99):.1f} % | {a.size} |")
     print()
-    _bert()
-    print()
-    print("Constants:", ", ".join(f"{n}={getattr(FITTED, n):.4g}" for n in PARAM_NAMES))
+    print("Shipped constants:", ", ".join(f"{n}={getattr(FITTED, n):.4g}" for n in PARAM_NAMES))
+    if not args.no_refit:
+        print()
+        print("Constants used per held-out model:")
+        for held, params in used.items():
+            print(f"* {held}: " + ", ".join(f"{n}={getattr(params, n):.4g}" for n in PARAM_NAMES))
     return 0
-
-
-def _kernel_errors(held: str, params, out: dict) -> None:
-    others = [m for m in calibrate.FIT_MODELS if m != held]
-    library = calibrate.twin_library(others)
-    for fp in calibrate.fit_passes([held]):
-        twins = calibrate.twin_matrix(fp, library)
-        for li in fp.reduced:
-            same = fp.same[:, li] & np.isfinite(fp.t_us[:, li])
-            truth = fp.t_us[same, li]
-            out["twins+model"].append(calibrate.predict_level(fp, li, params, twins)[same] / truth - 1)
-            out["model"].append(calibrate.predict_level(fp, li, params, None)[same] / truth - 1)
-            out["linear"].append(fp.t_us[same, -1] * fp.sms[-1] / fp.sms[li] / truth - 1)
-
-
-def _bert() -> None:
-    """BERT has no 100 % column: predict 20-60 % from its 80 % column (no grids, so no twins)."""
-    print("## BERT (measured 20-80 % only): whole-pass error predicted from 80 % (88 SMs), shipped constants")
-    print()
-    print("| batch | predictor | 20 % (22) | 40 % (44) | 50 % (54) | 60 % (66) |")
-    print("|---|---|---|---|---|---|")
-    for batch in mps.batches("bert"):
-        fp = calibrate.fit_pass("bert", batch)
-        t_ref = fp.t_us[:, -1]
-        model, linear = [], []
-        for li in fp.reduced:
-            pred = predict_many(t_ref, fp.sms[li], blocks=fp.blocks, dram_util=fp.dram,
-                                conv_family=fp.conv, n_ref=fp.sms[-1]).sum()
-            model.append(pred / fp.totals_us[li] - 1)
-            linear.append(fp.totals_us[-1] * fp.sms[-1] / fp.sms[li] / fp.totals_us[li] - 1)
-        for name, errs in (("model", model), ("linear", linear)):
-            print(f"| {batch} | {name} | " + " | ".join(f"{100 * e:+.1f} %" for e in errs) + " |")
 
 
 if __name__ == "__main__":

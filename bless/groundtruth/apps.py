@@ -146,8 +146,9 @@ LEVEL_FILL = (
     "levels at known SM counts (MPS 20/40/50/60/80/100 % = 22/44/54/66/88/108 SMs; measured, twin or derived "
     "points) carry those points after isotonic smoothing; levels between two points are linear in 1/n; levels "
     "below the lowest point come from bless.scaling.predict anchored there; above the highest point when it is "
-    "not 108 (BERT: 88) from the kernel's own a+b/n trend through its top three points; levels at or above a "
-    "kernel's max useful SMs (max_sm_share) equal its full-GPU time"
+    "not 108 (BERT: 88) from the kernel's own a+b/n trend through its top three points; no level is flattened at "
+    "the kernel's block count or max_sm_share (= min(blocks, first level within 3 % of the full-GPU time) / 108, "
+    "the SMs it occupies): under MPS a kernel with fewer blocks than SMs can still be slower than at 108"
 )
 
 

@@ -23,7 +23,7 @@ from bless.groundtruth import models
 from bless.groundtruth.names import short_name
 from bless.groundtruth.passes import SOURCE_CODES, KernelSeries, PassData
 from bless.profile import KernelDesc, Profile, Provenance, profile_from_dict
-from bless.scaling import fit_curve
+from bless.scaling import FITTED, Curve, ScalingParams, fit_curve
 
 PCIE_BYTES_PER_S = 24.8e9
 LAUNCH_S = 3e-6
@@ -50,6 +50,16 @@ def io_copies(model: str, batch: int) -> tuple[Copy, Copy]:
     )
 
 
+def kernel_curves(pd: PassData, gpu: GpuSpec = A100, params: ScalingParams = FITTED,
+                  level_sms=None) -> list[Curve]:
+    """Every kernel's curve at ``gpu``'s 18 levels (or at ``level_sms``) from its known points, in us.
+
+    The one assembly step that profiles and ``tools/validate_scaling.py`` share.
+    """
+    level_sms = gpu.level_sms() if level_sms is None else level_sms
+    return [fit_curve(level_sms, k.points, k.traits, sm_count=gpu.sm_count, params=params) for k in pd.kernels]
+
+
 def build_profile(
     app: str,
     pd: PassData,
@@ -68,8 +78,7 @@ def build_profile(
     h2d, d2h = io_copies(facts_model, pd.batch)
     descs = [_copy_desc(h2d)]
     cols = [np.full(len(level_sms), h2d.seconds)]
-    for k in pd.kernels:
-        curve = fit_curve(level_sms, k.points, k.traits, sm_count=gpu.sm_count)
+    for k, curve in zip(pd.kernels, kernel_curves(pd, gpu)):
         cols.append(curve.t * 1e-6)
         descs.append(_kernel_desc(k, curve.max_sm_share, curve.t[-1] * 1e-6, gpu))
     descs.append(_copy_desc(d2h))

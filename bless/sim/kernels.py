@@ -3,9 +3,10 @@
 The simulator needs, per kernel, its solo duration at *every* SM count and how
 hard it pulls on DRAM.  Both come from the app's ground-truth profile: the
 18-level durations are expanded to a dense table over 1..N SMs with
-:func:`bless.curves.dense_curve`, capped at the kernel's maximum useful SMs
-(``max_sm_share``), and ``dram_util`` (fraction of peak bandwidth used alone on
-the whole GPU) gives the bytes the kernel moves.
+:func:`bless.curves.dense_curve` (the time with that many SMs available; not flat
+from the kernel's ``max_sm_share``, which says how many SMs it occupies), and
+``dram_util`` (fraction of peak bandwidth used alone on the whole GPU) gives the
+bytes the kernel moves.
 """
 
 from __future__ import annotations
@@ -42,6 +43,16 @@ class SimApp:
 
     @classmethod
     def from_profile(cls, profile: Profile, gpu: GpuSpec) -> "SimApp":
+        """The engine's kernels of ``profile``.
+
+        A compute kernel's ``solo`` is its profile curve read at every SM count
+        (:func:`bless.curves.dense_curve`), made non-increasing in SMs and **not**
+        flattened from ``max_sms`` on: the engine reads it at the SMs available to
+        the kernel, while the kernel occupies at most ``max_sms`` of them
+        (``max_sm_share``: occupancy).  ``dram_seconds`` is ``dram_util``
+        (measured on the whole GPU) times the full-GPU time.  A copy takes its
+        full-GPU time at every count.
+        """
         if profile.gpu != gpu.name:
             raise ValueError(
                 f"profile {profile.app!r} is for {profile.gpu}, not {gpu.name}; "
@@ -56,9 +67,10 @@ class SimApp:
                 kernels.append(SimKernel(desc.name, True, 0, [float(col[-1])] * len(col), 0.0))
                 continue
             cap = desc.max_sms(gpu.sm_count)
-            # With all the SMs it can use, a kernel runs at its full-GPU speed.
-            col[cap:] = col[-1]
-            # Solo time never grows with more SMs (measurement noise can say otherwise).
+            # Not flattened at ``cap``: solo[n] is the time with n SMs *available*, and a
+            # kernel occupying only ``cap`` of them can still run faster with more available
+            # (measured under MPS: a 64-block convolution is 1.58x slower at 66 SMs than at
+            # 88).  Solo time only never grows with more SMs (noise can say otherwise).
             col[1:] = np.minimum.accumulate(col[1:])
             kernels.append(
                 SimKernel(
@@ -66,7 +78,7 @@ class SimApp:
                     is_memcpy=False,
                     max_sms=cap,
                     solo=col.tolist(),
-                    dram_seconds=float(desc.dram_util * col[cap]),
+                    dram_seconds=float(desc.dram_util * col[-1]),
                 )
             )
         return cls(profile.app, tuple(kernels))
