@@ -175,8 +175,9 @@ class SimBackend(Backend):
         # with their issue time and the model catches up when the host waits.)
         # Each app launches from its own host thread: launches of one app
         # serialise on the launch cost, different apps' launches overlap.
-        issue = max(self._cursor.get(id(app), 0.0), self.now()) + self.host.launch
-        self._cursor[id(app)] = issue
+        key = id(app)
+        issue = max(self._cursor.get(key, 0.0), self.now()) + self.host.launch
+        self._cursor[key] = issue
         run = self.engine.launch(
             stream,
             app.private.kernels[kernel],

@@ -118,7 +118,7 @@ class KernelRun:
 
     __slots__ = (
         "kernel", "stream", "issue_time", "tag", "start", "end",
-        "remaining", "sms", "avail", "mask", "rate", "noise", "seq", "on_done", "after", "gap", "error",
+        "remaining", "sms", "solo", "demand", "mask", "rate", "noise", "seq", "on_done", "after", "gap", "error",
     )
 
     def __init__(
@@ -138,8 +138,10 @@ class KernelRun:
         self.remaining = 1.0
         self.sms = 0
         """SMs the kernel's blocks occupy now."""
-        self.avail = 0
-        """SMs available to it now (its context's share left free): its speed is read here."""
+        self.solo = 0.0
+        """Its duration alone with the SMs available to it now (before interference)."""
+        self.demand = 0.0
+        """Share of the peak DRAM bandwidth it demands at that speed (``dram_seconds / solo``)."""
         self.mask = 0
         """Which SMs it occupies (bitmask), kept only while a context has an SM set."""
         self.rate = 0.0
@@ -211,6 +213,8 @@ class Engine:
         self._contexts = 0
         self._seq = 0
         self._halt = False
+        self._stale = False
+        """Kernels ended since the SMs were last given out (re-allocated before time moves)."""
         self.stats = EngineStats()
 
     # ------------------------------------------------------------ setup
@@ -295,6 +299,8 @@ class Engine:
 
     def _next_event(self) -> tuple[float, bool]:
         next_start = self._start_ready()
+        if self._stale:
+            self._allocate()
         next_end = math.inf
         now = self.now
         for r in self.running:
@@ -367,43 +373,51 @@ class Engine:
         free_mask = self._all_mask
         copies = 0
         demand = 0.0
-        capped: dict[int, int] = {}
+        capped: dict[int, int] | None = None
+        self._stale = False
         running = self.running
         now = self.now
         for r in running:
             k = r.kernel
-            if k.is_memcpy:
+            most = k.max_sms
+            if most == 0:  # a memory copy: the copy engine, not SMs
                 copies += 1
                 if r.start is None:
                     r.start = now
                 continue
             ctx = r.stream.context
             lim = ctx.sm_limit
-            sm_set = ctx.sm_set
-            if sm_set is not None:
-                pool = free_mask & sm_set
-                avail = pool.bit_count()
-            else:
-                pool = free_mask
+            if lim is None:
                 avail = free
-                if lim is not None and lim - capped.get(ctx.cid, 0) < avail:
-                    avail = lim - capped.get(ctx.cid, 0)
-            s = k.max_sms if k.max_sms < avail else avail
-            r.sms = s
-            if sm_set is None and lim is not None:
-                # Under an MPS cap a kernel runs at the cap's measured speed even with
-                # spare SMs (the profile's levels were measured that way).
-                capped[ctx.cid] = capped.get(ctx.cid, 0) + s
-                r.avail = avail
+                pool = free_mask
+                s = most if most < avail else avail
+                t = k.solo[n_all if s == most else avail]
+            elif ctx.sm_set is None:
+                # An MPS cap binds the context's kernels together; a kernel runs at the
+                # cap's measured speed even with spare SMs (profiles were measured so).
+                if capped is None:
+                    capped = {}
+                used = capped.get(ctx.cid, 0)
+                avail = free if free < lim - used else lim - used
+                pool = free_mask
+                s = most if most < avail else avail
+                capped[ctx.cid] = used + s
+                t = k.solo[avail]
             else:
-                # Unrestricted or on its own SM set: holding all it can use is full speed.
-                r.avail = n_all if s == k.max_sms else avail
+                # Its own SM set: holding all it can use is full speed.
+                pool = free_mask & ctx.sm_set
+                avail = pool.bit_count()
+                s = most if most < avail else avail
+                t = k.solo[n_all if s == most else avail]
+            r.sms = s
+            r.solo = t
             if s:
                 free -= s
                 if masked:
                     r.mask = _lowest_bits(pool, s)
                     free_mask ^= r.mask
-                demand += k.dram_seconds / k.solo[r.avail]
+                u = r.demand = k.dram_seconds / t
+                demand += u
                 if r.start is None:
                     r.start = now  # its first blocks run now
         share = self.bandwidth_share
@@ -420,11 +434,9 @@ class Engine:
             if not s:
                 r.rate = 0.0
                 continue
-            t = k.solo[r.avail]
-            u = k.dram_seconds / t / share
+            u = r.demand / share
             w = u if u < 1.0 else 1.0
-            stretch = (1.0 + w * over) * (1.0 + c_bw * (demand - u))
-            r.rate = 1.0 / (t * r.noise * stretch)
+            r.rate = 1.0 / (r.solo * r.noise * (1.0 + w * over) * (1.0 + c_bw * (demand - u)))
 
     def _advance(self, t: float) -> None:
         dt = t - self.now
@@ -464,4 +476,6 @@ class Engine:
             self.stats.kernels_done += 1
             if r.on_done is not None:
                 r.on_done(r)
-        self._allocate()
+        # The SMs are given out again before time next moves (:meth:`_next_event`), once
+        # for this end and whatever starts in its place.
+        self._stale = True
