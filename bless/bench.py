@@ -113,3 +113,48 @@ def bench_overhead(
         search += t2 - t1
         kernels += squad.size
     return OverheadBench(n_active, squad_size, squads, kernels, sched, search)
+
+
+@dataclass(frozen=True)
+class StepBench:
+    apps: int
+    pacing: str
+    steps: int
+    kernels: int
+    seconds: float
+
+    @property
+    def us_per_kernel(self) -> float:
+        return self.seconds / max(self.kernels, 1) * 1e6
+
+    @property
+    def us_per_step(self) -> float:
+        return self.seconds / max(self.steps, 1) * 1e6
+
+
+def bench_policy_step(profiles: list[Profile], n_apps: int, pacing: str, duration: float = 0.3) -> StepBench:
+    """Wall time of the BLESS policy's whole decision step (scheduler, determiner, Python
+    around them) per kernel it schedules, in a replay of ``n_apps`` closed loops (load A, even
+    quotas) on the simulated GPU: the host's cost on the critical path, as a real GPU would see it."""
+    from bless.policies.bless import BlessPolicy
+    from bless.runtime import Runtime
+    from bless.workload import parse_load
+
+    gpu = get_gpu(profiles[0].gpu)
+    timed = [0.0, 0, 0]
+
+    class Timed(BlessPolicy):
+        def step(self, now, apps):
+            t0 = time.perf_counter()
+            decision = super().step(now, apps)
+            timed[0] += time.perf_counter() - t0
+            timed[1] += 1
+            timed[2] += sum(p.count for p in decision.plans) if decision is not None else 0
+            return decision
+
+    for warm in (True, False):  # the first replay compiles the estimators
+        timed[:] = [0.0, 0, 0]
+        apps = [AppState(i, f"app{i}", profiles[i % len(profiles)], 1.0 / n_apps) for i in range(n_apps)]
+        loads = [parse_load("A") for _ in apps]
+        Runtime(SimBackend(gpu.name), Timed(pacing=pacing), apps, loads, duration=duration, seed=0).run()
+    return StepBench(n_apps, pacing, timed[1], timed[2], timed[0])

@@ -326,7 +326,21 @@ class Determiner:
 
     def _walk(self, g0, cnt, rcnt, caps, ready) -> float:
         return float(_walk(self._dense, self._most, self._dram, g0, cnt, rcnt, caps, ready,
-                           self.switch_cost, self.interference, self._sets))
+                           self.switch_cost, self.interference, self._sets, np.zeros(len(cnt))))
+
+    def run_ends(self, runs: list[tuple[Profile, int, int, int | None]], ready: np.ndarray) -> np.ndarray:
+        """When each run ``(profile, start, count, sm_limit)`` -- kernels ``[start, start + count)``
+        in a context of ``sm_limit`` SMs (None: unrestricted) -- ends, all launched together and
+        run ``i`` free to start at ``ready[i]`` (the kernel walk, interference included)."""
+        k = len(runs)
+        g0 = np.array([self.tables(p).base + s for p, s, _, _ in runs], dtype=np.int64)
+        cnt = np.array([c for _, _, c, _ in runs], dtype=np.int64)
+        rcnt = np.array([0 if lim is None else c for _, _, c, lim in runs], dtype=np.int64)
+        caps = np.array([1 if lim is None else lim for *_, lim in runs], dtype=np.int64)
+        ends = np.zeros(k)
+        _walk(self._dense, self._most, self._dram, g0, cnt, rcnt, caps, np.asarray(ready, dtype=np.float64),
+              self.switch_cost, self.interference, self._sets, ends)
+        return ends
 
     # ------------------------------------------------------------ decision
     def decide(self, squad: Squad, prev_limits: list[int | None] | None = None) -> SquadConfig:
@@ -403,8 +417,9 @@ def _greedy_split(sums: np.ndarray, n: int, cap: int) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets):
-    """The kernel walk (module docstring); returns when the last kernel ends.
+def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, ends):
+    """The kernel walk (module docstring); returns when the last kernel ends and sets
+    ``ends[j]`` to when request j's last kernel ends.
 
     Request j runs kernels ``g0[j] .. g0[j] + cnt[j] - 1`` of the concatenated
     tables, the first ``rcnt[j]`` restricted to ``caps[j]`` SMs, the rest
@@ -513,6 +528,7 @@ def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets):
                 seq[j] = -1
                 if ptr[j] == cnt[j]:
                     left -= 1
+                    ends[j] = now
                 elif ptr[j] == rcnt[j]:
                     rdy[j] = now + gap  # into its unrestricted context
                 else:
@@ -535,10 +551,11 @@ def _decide(dense, most, dram, g0, cnt, prev, level_sms, cap, ratios, gap, enter
     out = np.full(4 + k, np.inf)
     zero = np.zeros(k, dtype=np.int64)
     ready = np.zeros(k)
+    ends = np.zeros(k)
     if want_nsp:
         for j in range(k):
             ready[j] = enter if prev[j] >= 0 else 0.0
-        out[0] = _walk(dense, most, dram, g0, cnt, zero, np.ones(k, dtype=np.int64), ready, gap, c_bw, sets)
+        out[0] = _walk(dense, most, dram, g0, cnt, zero, np.ones(k, dtype=np.int64), ready, gap, c_bw, sets, ends)
     if want_seq:
         total = barrier * (k - 1)
         for j in range(k):
@@ -562,7 +579,7 @@ def _decide(dense, most, dram, g0, cnt, prev, level_sms, cap, ratios, gap, enter
                 rcnt[j] = int(c * cnt[j] + 0.5)
                 first = caps[j] if rcnt[j] > 0 else -1
                 ready[j] = enter if prev[j] != -2 and prev[j] != first else 0.0
-            est = _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets)
+            est = _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, ends)
             if est < out[2]:
                 out[2] = est
                 out[3] = c

@@ -26,7 +26,11 @@ def run(policy, profiles, loads, quotas=None, duration=0.3, seed=0, **backend_kw
     return backend, result
 
 
-@pytest.mark.parametrize("policy", [BlessPolicy, lambda: BlessPolicy(split_ratio=1.0), UnboundPolicy])
+@pytest.mark.parametrize(
+    "policy",
+    [BlessPolicy, lambda: BlessPolicy(pacing="paper"), lambda: BlessPolicy(pacing="paper", split_ratio=1.0),
+     UnboundPolicy],
+)
 def test_no_kernel_lost_duplicated_or_reordered_and_every_request_completes(policy):
     profiles = [synthetic_profile(f"p{i}", n_kernels=30 + 10 * i, mean_us=20, seed=i) for i in range(3)]
     loads = [Poisson(300.0), Poisson(200.0), ClosedLoop(0.3)]
@@ -45,18 +49,32 @@ def test_no_kernel_lost_duplicated_or_reordered_and_every_request_completes(poli
     assert submitted == sum(a.completed for a in result.apps) == len(per_request)
 
 
+def test_lone_request_streams_unrestricted_at_its_full_gpu_time():
+    """Deadline pacing: alone, a request is the earliest deadline, runs unrestricted and
+    streams its windows with no barrier -- its full-GPU time plus the first decision and
+    launch (every later window is decided while the one before it runs)."""
+    prof = synthetic_profile("solo", n_kernels=120, mean_us=30, seed=4)
+    policy = BlessPolicy()
+    backend, result = run(policy, [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
+    assert all(launch.stream.context.sm_limit is None for _, _, launch in backend.log)
+    first_window = np.searchsorted(np.cumsum(prof.t[-1]), policy.window) + 1
+    host = first_window * policy.decide_per_kernel + backend.host.launch
+    assert result.apps[0].mean == pytest.approx(prof.T[-1] + host, rel=0.005)
+    assert result.apps[0].mean < result.apps[0].iso_latency
+
+
 def test_lone_request_runs_unrestricted_on_the_whole_gpu():
     prof = synthetic_profile("solo", n_kernels=120, mean_us=30, seed=4)
-    backend, result = run(BlessPolicy(), [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
+    backend, result = run(BlessPolicy(pacing="paper"), [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
     assert all(launch.stream.context.sm_limit is None for _, _, launch in backend.log)
     # Alone, a request takes its full-GPU time plus the host's costs: per squad a sync and a
     # first launch, and the first squad's scheduling decision; every later squad is decided
     # while the one before it runs.
     squads = -(-prof.n_kernels // 50)
-    host = squads * (backend.host.sync + backend.host.launch) + 50 * DECIDE_PER_KERNEL
+    host = squads * (backend.host.sync + backend.host.launch) + 50 * DECIDE_PER_KERNEL["paper"]
     assert result.apps[0].mean == pytest.approx(prof.T[-1] + host, rel=0.02)
-    _, serial = run(BlessPolicy(ahead=False), [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
-    hidden = (prof.n_kernels - 50) * DECIDE_PER_KERNEL
+    _, serial = run(BlessPolicy(pacing="paper", ahead=False), [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
+    hidden = (prof.n_kernels - 50) * DECIDE_PER_KERNEL["paper"]
     assert serial.apps[0].mean - result.apps[0].mean == pytest.approx(hidden, rel=1e-6)
 
 
@@ -71,7 +89,8 @@ def test_quota_shapes_the_share_of_kernels_in_squads():
     """A 70/30 pair of the same app: the 70 % app gets more kernels per squad
     while both are active and finishes its requests faster."""
     prof = synthetic_profile("x", n_kernels=200, mean_us=20, seed=5)
-    backend, result = run(BlessPolicy(), [prof, prof], [parse_load("A"), parse_load("A")], quotas=[0.7, 0.3])
+    backend, result = run(BlessPolicy(pacing="paper"), [prof, prof], [parse_load("A"), parse_load("A")],
+                          quotas=[0.7, 0.3])
     big, small = result.apps
     assert big.mean < small.mean
     assert big.mean <= big.iso_latency and small.mean <= small.iso_latency
@@ -84,7 +103,8 @@ def test_pacing_pulls_two_identical_closed_loops_into_lockstep():
     the closed loops shrinks by about T[100%] / L per cycle
     (``experiments/lockstep.py`` derives it)."""
     cfg = config_from_dict({
-        "gpu": "a100", "duration": 0.5, "warmup": 0.0, "seed": 0, "noise": 0.02, "policy": "bless",
+        "gpu": "a100", "duration": 0.5, "warmup": 0.0, "seed": 0, "noise": 0.02,
+        "policy": {"name": "bless", "pacing": "paper"},
         "apps": [{"app": "resnet50", "quota": 0.5, "load": "B"}, {"app": "resnet50", "quota": 0.5, "load": "B"}],
     })
     a, b = run_config(cfg).apps

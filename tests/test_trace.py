@@ -77,11 +77,20 @@ def test_cli_writes_a_valid_timeline_with_one_event_per_kernel_run(tmp_path):
     spans = check_valid(json.loads(trace.read_text()))
     summary = json.loads((out / "result.json").read_text())["summary"]
     assert len(of(spans, "kernel")) == summary["kernels"] > 0
+    # Deadline pacing streams: every decision is on the timeline, none is a squad with a barrier.
+    assert of(spans, "squad") and all(e["name"] == "decision" for e in of(spans, "squad"))
+    assert summary["squads"] == 0
+    paper = tmp_path / "paper.yaml"
+    paper.write_text(yaml.safe_dump({**CONFIG, "policy": {"name": "bless", "pacing": "paper"}}))
+    assert main(["run", str(paper), "--out", str(out), "--no-plot", "--trace", str(trace)]) == 0
+    spans = check_valid(json.loads(trace.read_text()))
+    summary = json.loads((out / "result.json").read_text())["summary"]
+    assert len(of(spans, "kernel")) == summary["kernels"] > 0
     assert len(of(spans, "squad")) == summary["squads"] > 0
 
 
 def test_kernel_events_are_the_kernels_the_backend_ran():
-    backend, result, spans = traced_run(BlessPolicy())
+    backend, result, spans = traced_run(BlessPolicy(pacing="paper"))
     kernels = of(spans, "kernel")
     assert len(kernels) == len(backend.log) == backend.engine.stats.kernels_done == result.kernels
     launched = {(req.app.name, req.rid, k) for req, k, _ in backend.log}
@@ -97,7 +106,7 @@ def test_kernel_events_are_the_kernels_the_backend_ran():
 
 
 def test_squads_span_their_kernels_and_gaps_separate_them():
-    _, result, spans = traced_run(BlessPolicy())
+    _, result, spans = traced_run(BlessPolicy(pacing="paper"))
     squads = sorted(of(spans, "squad"), key=lambda e: e["ts"])
     assert squads and all(e["name"] == "squad" for e in squads)
     assert len(squads) == len(result.squad_durations)
@@ -162,7 +171,7 @@ def test_cuda_launches_write_the_same_format(tmp_path):
     apps = [AppState(0, "a", a, 0.5), AppState(1, "b", b, 0.5)]
     loads = [parse_load("A", "a"), parse_load("A", "b")]
     result = Runtime(
-        backend, BlessPolicy(mechanism="green"), apps, loads, duration=0.05, seed=0, trace=trace_recorder(backend)
+        backend, BlessPolicy(mechanism="green", pacing="paper"), apps, loads, duration=0.05, seed=0, trace=trace_recorder(backend)
     ).run()
     granted = {backend.pool.primary.sm_count, *(c.sm_count for c in backend.pool.contexts)}
     backend.close()

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from bless.bench import bench_overhead, bench_sim
+    from bless.bench import bench_overhead, bench_policy_step, bench_sim
 
     console = Console()
     profiles = _profiles(args.apps, args.gpu)
@@ -57,5 +57,14 @@ def run(args: argparse.Namespace) -> int:
             r = bench_overhead(profiles, n, args.squad_size, args.squads)
             table.add_row(str(n), str(r.squads), f"{r.kernels / r.squads:.1f}", f"{r.schedule_us_per_kernel:.2f}",
                           f"{r.search_us_per_kernel:.2f}", f"{r.us_per_kernel:.2f}")
+        console.print(table)
+        table = Table(title=f"the whole policy step per scheduled kernel, in a replay (load A; {names})")
+        for col in ("apps", "pacing", "steps", "kernels/step", "us/step", "us/kernel"):
+            table.add_column(col, justify="right")
+        for n in (2, 4, 8):
+            for pacing in ("deadline", "paper"):
+                r = bench_policy_step(profiles, n, pacing)
+                table.add_row(str(n), pacing, str(r.steps), f"{r.kernels / max(r.steps, 1):.1f}",
+                              f"{r.us_per_step:.1f}", f"{r.us_per_kernel:.2f}")
     console.print(table)
     return 0

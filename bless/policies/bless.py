@@ -1,25 +1,60 @@
-"""BLESS: kernel squads paced by isolated-latency progress, run as the faster of
-no restriction or a Semi-SP split (the policy of the paper this project follows)."""
+"""BLESS: kernel squads from every app's requests, each squad run in the contexts
+that keep every request's quota promise and give the GPU's rest to whoever gains most.
+
+Two pacing rules build the squads (``pacing``):
+
+* ``deadline`` (the default): each request has a deadline, its finish time in the
+  ISO run of the same arrivals; the earliest deadline runs unrestricted, the
+  others run in the smallest restricted context that still meets theirs, or wait
+  while they can (:func:`bless.scheduler.build_deadline_squad`).
+* ``paper``: the paper's rule -- the request furthest behind its isolated
+  schedule first, squads of ``squad_size`` kernels run unrestricted or as a
+  Semi-SP split, whichever the determiner prices faster (the ablation).
+  ``none`` takes kernels round-robin (the paper's ablation without the scheduler).
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from bless.backend import HostCosts
 from bless.determiner import Determiner, SquadConfig
 from bless.gpu import N_LEVELS, GpuSpec
 from bless.policy import Decision, LaunchPlan, Policy
-from bless.requests import AppState
-from bless.scheduler import Squad, build_squad
+from bless.requests import AppState, Request
+from bless.scheduler import PacedRequest, PaceTable, Squad, build_deadline_squad, build_squad
+from bless.sim.engine import InterferenceModel
 
 
-DECIDE_PER_KERNEL = 1e-6
-"""Host time per scheduled kernel for squad building and configuration search:
-0.8-1.2 us measured by ``bless bench overhead`` with 2-8 active apps (the
-paper's C++ runtime: 6.7 us)."""
+DECIDE_PER_KERNEL = {"paper": 1e-6, "none": 1e-6, "deadline": 3e-6}
+"""Host time per scheduled kernel, per pacing rule: squad building and configuration
+search, 0.8-1.2 us with 2-8 active apps (``bless bench overhead``, first table); deadline
+pacing's whole step, 3.0 us with 2 apps and 3.8-5.3 us with 4-8 (second table, in a replay;
+it decides every window, about 15-20 kernels, and prices its configuration with the kernel
+walk).  The paper's C++ runtime: 6.7 us."""
 
 MEMORY_HEADROOM = 0.95
 """Share of device memory BLESS plans to use for apps and their contexts."""
+
+PACING = ("deadline", "paper", "none")
+
+WINDOW = 1e-3
+"""Seconds of each running request's kernels in one deadline-paced squad: the
+longest a newcomer waits for its first kernel and the slack a waiting request
+keeps in hand.  Our assumption, chosen to keep the squad barrier's cost (20 us
+of synchronisation per squad) near 2 %; ``bless sweep`` over ``window`` shows its effect."""
+
+
+def parse_pacing(value: str | bool) -> str:
+    """A pacing rule name; ``True``/``False`` (older configs) mean ``paper``/``none``."""
+    if isinstance(value, bool):
+        return "paper" if value else "none"
+    if value not in PACING:
+        raise ValueError(f"pacing must be one of {', '.join(PACING)}, got {value!r}")
+    return value
 
 
 def max_restricted_level(apps: list[AppState], gpu: GpuSpec, mechanism: str = "mps") -> int:
@@ -69,10 +104,11 @@ class BlessPolicy(Policy):
         squad_size: int = 50,
         split_ratio: float | str | None = 0.5,
         determiner: str = "auto",
-        pacing: bool = True,
+        pacing: str | bool = "deadline",
+        window: float = WINDOW,
         mechanism: str = "mps",
         switch_cost: float | None = None,
-        decide_per_kernel: float = DECIDE_PER_KERNEL,
+        decide_per_kernel: float | None = None,
         ahead: bool = True,
     ) -> None:
         if squad_size < 1:
@@ -80,18 +116,31 @@ class BlessPolicy(Policy):
         self.squad_size = squad_size
         self.split_ratio = parse_split_ratio(split_ratio)
         self.determiner_mode = determiner
-        self.pacing = pacing
+        self.pacing = parse_pacing(pacing)
+        if not window > 0:
+            raise ValueError(f"window must be a positive number of seconds, got {window!r}")
+        self.window = window
         self.mechanism = mechanism
         self.switch_cost = switch_cost
         """Context-switch idle time the determiner weighs against a split's gain; None until
         :meth:`setup` takes the GPU's ``HostCosts.context_switch`` (what the simulator charges)."""
-        self.decide_per_kernel = decide_per_kernel
+        self.decide_per_kernel = DECIDE_PER_KERNEL[self.pacing] if decide_per_kernel is None else decide_per_kernel
         self.ahead = ahead
         """Build and configure the next squad while the current one runs (hides the decision's host time)."""
         self._last_limit: dict[int, int | None] = {}
         """Per request id: SM limit of its latest launched kernel."""
         self.determiner: Determiner | None = None
         self.max_level = N_LEVELS - 1
+        self._pace_tables: dict[int, PaceTable] = {}
+        """Per profile (by id): kernel times in each of the app's contexts."""
+        self._stretch: dict[int, float] = {}
+        """Per app index: the slowdown its neighbours' DRAM traffic is expected to cause."""
+        self._deadline: dict[int, float] = {}
+        """Per request id: its deadline (deadline pacing)."""
+        self._iso_finish: dict[int, float] = {}
+        """Per app index: when its latest request would finish in the ISO run."""
+        self._busy_until: dict[int, float] = {}
+        """Per request id: when its launched kernels are expected to end (deadline pacing streams)."""
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
         # Contexts already created stay; the level cap only ever goes down so
@@ -105,6 +154,13 @@ class BlessPolicy(Policy):
         )
         for app in apps:
             self.determiner.tables(app.profile)
+        limits = [n for n in self.context_limits(apps[0], gpu) if n is not None] if apps else []
+        self._pace_tables = {
+            id(a.profile): self._pace_tables.get(id(a.profile))
+            or PaceTable.build(a.profile.t_at_sms, limits, gpu.sm_count)
+            for a in apps
+        }
+        self._stretch = neighbour_stretch(apps, gpu)
 
     def context_limits(self, app: AppState, gpu: GpuSpec) -> list[int | None]:
         """The unrestricted context plus one restricted context per level 1..max_level."""
@@ -116,9 +172,15 @@ class BlessPolicy(Policy):
         if not active:
             return None
         active.sort(key=lambda r: (r.arrival, r.rid))
-        squad = build_squad(active, now, self.squad_size, self.pacing)
+        if self.pacing == "deadline":
+            return self._deadline_squad(now, active)
+        squad = build_squad(active, now, self.squad_size, self.pacing == "paper")
         if not squad.entries:
             return None  # every active request has all its kernels launched already
+        return self._configured(squad)
+
+    def _configured(self, squad: Squad) -> Decision:
+        """``squad`` in the configuration the determiner prices fastest."""
         prev = [self._last_limit.get(e.request.rid) for e in squad.entries]
         config = self.determiner.decide(squad, prev)
         record = SquadRecord(squad, config)
@@ -143,6 +205,42 @@ class BlessPolicy(Policy):
 
     def on_complete(self, request, now: float) -> None:
         self._last_limit.pop(request.rid, None)
+        self._deadline.pop(request.rid, None)
+        self._busy_until.pop(request.rid, None)
+
+    def deadline(self, request: Request) -> float:
+        """The request's deadline: its finish in the ISO run of the same arrivals
+        (``max(arrival, the app's previous one) + T[quota]``), or ``arrival + SLO`` if earlier."""
+        d = self._deadline.get(request.rid)
+        if d is None:
+            app = request.app
+            finish = max(request.arrival, self._iso_finish.get(app.index, -math.inf)) + app.iso_latency
+            self._iso_finish[app.index] = finish
+            d = finish if app.slo is None else min(finish, request.arrival + app.slo)
+            self._deadline[request.rid] = d
+        return d
+
+    def _deadline_squad(self, now: float, active: list[Request]) -> Decision:
+        """Stream each request's next window of kernels in its context (no barrier)."""
+        sms = self.gpu.sm_count
+        paced = []
+        for r in active:
+            tab = self._pace_tables[id(r.app.profile)]
+            last = self._last_limit.get(r.rid, -1)
+            row = -1 if last == -1 else (len(tab.limits) if last is None else tab.limits.index(last))
+            paced.append(PacedRequest(r, self.deadline(r), tab, r.app.quota * sms,
+                                      self._stretch.get(r.app.index, 1.0), row,
+                                      self._busy_until.get(r.rid, -math.inf)))
+        launch = build_deadline_squad(paced, now, self.window, self._price)
+        for e, d in zip(launch.squad.entries, launch.durations):
+            rid = e.request.rid
+            self._busy_until[rid] = max(self._busy_until.get(rid, now), now) + d
+        plans = tuple(LaunchPlan(e.request, e.start, e.count, e.sm_limit) for e in launch.squad.entries)
+        return Decision(plans, launch.squad.order if plans else None, wake_at=launch.wake_at)
+
+    def _price(self, runs, ready):
+        """The determiner's kernel walk over ``(request, start, count, sm_limit)`` runs."""
+        return self.determiner.run_ends([(r.app.profile, s, c, lim) for r, s, c, lim in runs], ready)
 
     def _semi_sp(self, squad: Squad, config: SquadConfig, record: SquadRecord) -> Decision:
         """The first ``config.split_ratio`` of each request's squad kernels restricted, the rest not."""
@@ -167,6 +265,7 @@ class BlessPolicy(Policy):
             taken[j] += 1
         return Decision(tuple(plans), tuple(order), sync=True, info=record)
 
+
     def describe(self) -> dict:
         return {
             "policy": self.name,
@@ -174,5 +273,22 @@ class BlessPolicy(Policy):
             "split_ratio": "auto" if self.split_ratio is None else self.split_ratio,
             "determiner": self.determiner_mode,
             "pacing": self.pacing,
+            "window": self.window,
             "ahead": self.ahead,
         }
+
+
+def neighbour_stretch(apps: list[AppState], gpu: GpuSpec) -> dict[int, float]:
+    """Per app index, ``1 + c * (the others' mean DRAM demand)``: the simulated GPU's
+    interference term (``bless/sim/engine.py``, ``c`` from the GPU's data file) with
+    each neighbour at its quota's mean demand, a request's margin against its deadline."""
+    c = InterferenceModel.for_gpu(gpu.name).bandwidth
+    demand = {}
+    for a in apps:
+        p = a.profile
+        moved = sum(k.dram_util for k in p.kernels) and float(
+            np.dot([k.dram_util for k in p.kernels], p.t[-1])
+        )
+        demand[a.index] = moved / a.iso_latency if a.iso_latency > 0 else 0.0
+    total = sum(demand.values())
+    return {i: 1.0 + c * (total - u) for i, u in demand.items()}

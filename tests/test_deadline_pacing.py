@@ -1,0 +1,69 @@
+"""Deadline pacing (BLESS's default): the quota's promise under any neighbour load,
+newcomers served within a window, and the paper's lockstep broken."""
+
+import numpy as np
+import pytest
+
+from bless.config import config_from_dict
+from bless.policies.bless import WINDOW, BlessPolicy, parse_pacing
+from bless.run import run_config
+
+
+def pair(neighbour_load, policy="bless", duration=1.5, apps=("resnet50", "bert"), warmup=0.3):
+    return run_config(config_from_dict({
+        "gpu": "a100", "duration": duration, "warmup": warmup, "seed": 0, "noise": 0.02, "policy": policy,
+        "apps": [{"app": apps[0], "quota": 0.5, "load": "B"}, {"app": apps[1], "quota": 0.5, "load": neighbour_load}],
+    }))
+
+
+def served_rate(app, duration: float) -> float:
+    """Requests of ``app`` completed per second while requests arrive (a backlog drains after)."""
+    return float(np.sum(app.arrivals + app.latencies <= duration)) / duration
+
+
+@pytest.mark.parametrize("load", ["poisson:20", "poisson:100", {"type": "closed", "interval": 0.0}])
+def test_an_overloaded_neighbour_neither_starves_an_app_nor_is_starved(load):
+    """ResNet50 at 50 % keeps (close to) its ISO latency whatever BERT at 50 % asks for,
+    and BERT is served at least at its quota's rate when it asks for more.  The paper's
+    rule let the same neighbour push ResNet50 to 619 ms (its queue counted as lag)."""
+    r50, bert = pair(load, warmup=0.0).apps
+    # The calibrated interference makes even a static split 2-7 % slower than ISO here;
+    # deadline pacing stays within 6 % (experiments/README.md, isolation).
+    assert r50.mean <= 1.06 * r50.iso_latency
+    assert r50.percentile(99) <= 1.35 * r50.iso_latency
+    # Beside a busy ResNet50 its requests run at its quota stretched by the interference (~6 %).
+    quota_rate = 1 / bert.iso_latency
+    offered = 20.0 if load == "poisson:20" else quota_rate * 2
+    assert served_rate(bert, 1.5) >= 0.9 * min(offered, quota_rate)
+
+
+def test_the_paper_rule_lets_an_overloaded_neighbour_take_the_gpu():
+    """The ablation keeps the old behaviour, so the difference stays measurable."""
+    r50, _ = pair("poisson:100", policy={"name": "bless", "pacing": "paper"}, duration=1.0).apps
+    assert r50.mean > 3 * r50.iso_latency
+
+
+def test_newcomers_start_within_a_window_of_arriving():
+    """A closed loop's request is a newcomer each time: its first kernel starts within
+    one window (plus a launch and a context switch) of its arrival."""
+    result = pair("B", apps=("resnet50", "resnet50"))
+    for app in result.apps:
+        assert app.queue_times.max() <= WINDOW + 100e-6
+
+
+def test_identical_closed_loops_drift_apart_and_both_beat_iso():
+    """Two identical deterministic closed loops: the paper's rule pulls them into lockstep
+    (experiments/lockstep.py), deadline pacing lets one finish early and both beat ISO."""
+    a, b = pair("B", apps=("resnet50", "resnet50")).apps
+    assert a.mean < 0.9 * a.iso_latency and b.mean < 0.9 * b.iso_latency
+    n = min(len(a.arrivals), len(b.arrivals))
+    assert np.median(np.abs(a.arrivals[:n] - b.arrivals[:n])) > 1e-3
+
+
+def test_pacing_names_and_errors():
+    assert parse_pacing(True) == "paper" and parse_pacing(False) == "none"
+    assert BlessPolicy().pacing == "deadline"
+    with pytest.raises(ValueError, match="pacing must be one of deadline, paper, none"):
+        BlessPolicy(pacing="edf")
+    with pytest.raises(ValueError, match="window must be a positive number of seconds"):
+        BlessPolicy(window=0)
