@@ -95,7 +95,7 @@ class SquadRecord:
 
 
 class BlessPolicy(Policy):
-    """The BLESS policy (multi-task scheduler + configuration determiner)."""
+    """BLESS: deadline pacing (default) or the paper's squads, priced by the configuration determiner."""
 
     name = "bless"
 
