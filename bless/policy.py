@@ -36,8 +36,18 @@ class LaunchPlan:
 
 
 @dataclass(frozen=True)
+class SquadEstimate:
+    """What a policy predicts for a synchronised squad (recorded beside what it measured)."""
+
+    duration: float
+    """Seconds from its first kernel's start to its last kernel's end."""
+    restricted: bool
+    """Whether it runs (in part) in restricted contexts."""
+
+
+@dataclass(frozen=True)
 class Decision:
-    """One step of a policy."""
+    """One step of a policy: what to launch, and when to be asked again."""
 
     plans: tuple[LaunchPlan, ...] = ()
     order: tuple[int, ...] | None = None
@@ -46,8 +56,8 @@ class Decision:
     """Wait for every launched kernel before the next step (a squad)."""
     wake_at: float = math.inf
     """Ask the policy again at this time even if nothing arrives or finishes."""
-    info: Any = None
-    """Policy-specific record of the decision (e.g. the squad configuration)."""
+    estimate: SquadEstimate | None = None
+    """The policy's prediction for a squad (``sync``), if it makes one."""
 
 
 class Policy(ABC):

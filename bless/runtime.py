@@ -162,6 +162,18 @@ class RunResult:
         }
 
 
+@dataclass(frozen=True)
+class StepResult:
+    """What one executor step did."""
+
+    finished: list[Request]
+    """Requests whose last kernel ended (failed ones carry ``failed``)."""
+    launched: bool
+    """Whether the policy's decision launched any kernel."""
+    wake_at: float
+    """When the policy asked to be asked again even if nothing arrives or finishes (inf: never)."""
+
+
 class Executor:
     """The step shared by every driver of a policy (trace replay, the server).
 
@@ -184,8 +196,6 @@ class Executor:
         """Requests with kernels on the GPU that have not completed."""
         self.on_launch: Callable[[Decision], None] | None = None
         """Called after a decision is launched, before the host waits for it (the server's live counts)."""
-        self.wake_at = math.inf
-        """The wake-up time the latest decision asked for (inf: none)."""
         self._ahead: tuple[Decision, tuple] | None = None
         """A decision taken while the previous squad ran, and the request state it assumed."""
         self.trace: TraceRecorder | None = None
@@ -222,15 +232,16 @@ class Executor:
         self.policy.setup(self.apps, self.backend.gpu)
         return queued
 
-    def step(self, deadline: float) -> tuple[list[Request], bool]:
-        """One decision; returns (finished requests, whether anything was launched)."""
+    def step(self, deadline: float) -> StepResult:
+        """One decision, launched; then a squad's barrier, or a wait for the next completion
+        until ``deadline`` or the policy's wake-up time."""
         backend = self.backend
         trace = self.trace
         if trace is not None:
             trace.begin(backend.now())
         decision, cost = self._decide()
         launched = decision is not None and bool(decision.plans)
-        self.wake_at = decision.wake_at if decision is not None else math.inf
+        wake_at = decision.wake_at if decision is not None else math.inf
         if launched:
             backend.charge_host(cost)
             self.policy.on_launch(decision)
@@ -251,10 +262,10 @@ class Executor:
                 self._record_squad(decision, launches)
                 finished = backend.wait(backend.now())
             else:
-                finished = backend.wait(min(deadline, decision.wake_at))
+                finished = backend.wait(min(deadline, wake_at))
         else:
-            wake = decision.wake_at if decision is not None else math.inf
-            finished = backend.wait(min(deadline, wake)) if (self.launched or wake < math.inf or deadline < math.inf) else []
+            busy = self.launched or wake_at < math.inf or deadline < math.inf
+            finished = backend.wait(min(deadline, wake_at)) if busy else []
         done = []
         for run in finished:
             req = run.tag
@@ -267,7 +278,7 @@ class Executor:
                 req.app.active = None
             self.policy.on_complete(req, run.end)
             done.append(req)
-        return done, launched
+        return StepResult(done, launched, wake_at)
 
     def _decide(self) -> tuple[Decision | None, float]:
         """The decision taken ahead if the requests are as it assumed (its cost is paid), else a new one."""
@@ -302,10 +313,9 @@ class Executor:
 
 def squad_estimate(decision: Decision) -> tuple[float, bool]:
     """The policy's predicted squad duration (nan: none) and whether the squad was restricted."""
-    config = getattr(decision.info, "config", None)
-    if config is None:
+    if decision.estimate is None:
         return math.nan, False
-    return config.estimate, bool(config.restricted)
+    return decision.estimate.duration, decision.estimate.restricted
 
 
 class Runtime:
@@ -391,8 +401,9 @@ class Runtime:
             now = backend.now()
             self._admit(now)
             next_arrival = self._arrivals[0][0] if self._arrivals else math.inf
-            finished, launched = self.executor.step(next_arrival)
-            stalled = not launched and not finished and self.executor.wake_at == math.inf
+            step = self.executor.step(next_arrival)
+            finished = step.finished
+            stalled = not step.launched and not finished and step.wake_at == math.inf
             if stalled and next_arrival == math.inf and not self.executor.launched:
                 raise RuntimeError(
                     f"policy {self.policy.name!r} left {self._in_flight} request(s) unscheduled with "

@@ -79,7 +79,7 @@ def decisions(mode: str, squad: Squad, parts: tuple[int, ...], semi: BlessPolicy
         return [Decision(tuple(LaunchPlan(e.request, e.start, e.count) for e in squad.entries), squad.order, sync=True)]
     config = SquadConfig(True, parts, 0.0, 0.0, 0.0)
     policy = strict if mode == "SP" else semi
-    return [policy._semi_sp(squad, config, None)]
+    return [policy._semi_sp(squad, config)]
 
 
 def measure(manager: KernelManager, batch: list[Decision]) -> float:

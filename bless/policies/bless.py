@@ -16,14 +16,13 @@ Two pacing rules build the squads (``pacing``):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from bless.backend import HostCosts
 from bless.determiner import Determiner, SquadConfig
 from bless.gpu import N_LEVELS, GpuSpec
-from bless.policy import Decision, LaunchPlan, Policy
+from bless.policy import Decision, LaunchPlan, Policy, SquadEstimate
 from bless.requests import AppState, Request
 from bless.scheduler import PacedRequest, PaceTable, Squad, build_deadline_squad, build_squad
 from bless.sim.engine import InterferenceModel
@@ -84,14 +83,6 @@ def parse_split_ratio(value: float | str | None) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
         raise ValueError(f"split_ratio must be a number in [0, 1] or 'auto', got {value!r}")
     return float(value)
-
-
-@dataclass(frozen=True)
-class SquadRecord:
-    """What the runtime records per squad (for squad-duration statistics)."""
-
-    squad: Squad
-    config: SquadConfig
 
 
 class BlessPolicy(Policy):
@@ -183,17 +174,16 @@ class BlessPolicy(Policy):
         """``squad`` in the configuration the determiner prices fastest."""
         prev = [self._last_limit.get(e.request.rid) for e in squad.entries]
         config = self.determiner.decide(squad, prev)
-        record = SquadRecord(squad, config)
         if config.restricted:
-            return self._semi_sp(squad, config, record)
+            return self._semi_sp(squad, config)
         plans = tuple(LaunchPlan(e.request, e.start, e.count) for e in squad.entries)
-        return Decision(plans, squad.order, sync=True, info=record)
+        return Decision(plans, squad.order, sync=True, estimate=SquadEstimate(config.estimate, False))
 
     def decide_ahead(self, now: float, apps: list[AppState], running: Decision) -> Decision | None:
         """The next squad, as the scheduler would build it when ``running`` ends (its estimated end)."""
         if not self.ahead:
             return None
-        return self.step(now + running.info.config.estimate, apps)
+        return self.step(now + running.estimate.duration, apps)
 
     def on_launch(self, decision: Decision) -> None:
         for p in decision.plans:
@@ -242,7 +232,7 @@ class BlessPolicy(Policy):
         """The determiner's kernel walk over ``(request, start, count, sm_limit)`` runs."""
         return self.determiner.run_ends([(r.app.profile, s, c, lim) for r, s, c, lim in runs], ready)
 
-    def _semi_sp(self, squad: Squad, config: SquadConfig, record: SquadRecord) -> Decision:
+    def _semi_sp(self, squad: Squad, config: SquadConfig) -> Decision:
         """The first ``config.split_ratio`` of each request's squad kernels restricted, the rest not."""
         plans: list[LaunchPlan] = []
         first_plan: list[tuple[int, int, int]] = []  # (restricted plan, restricted count, free plan)
@@ -263,7 +253,7 @@ class BlessPolicy(Policy):
             r_idx, restricted, f_idx = first_plan[j]
             order.append(r_idx if taken[j] < restricted else f_idx)
             taken[j] += 1
-        return Decision(tuple(plans), tuple(order), sync=True, info=record)
+        return Decision(tuple(plans), tuple(order), sync=True, estimate=SquadEstimate(config.estimate, True))
 
 
     def describe(self) -> dict:

@@ -8,8 +8,10 @@ Example (every key optional)::
     gpu: a100                # GPU model (bless gpus)
     backend: sim             # sim: simulated GPU in wall-clock time; cuda: a real one
     mechanism: mps           # how contexts are restricted to SMs (mps | green)
-    squad_size: 50
-    split_ratio: 0.5
+    pacing: deadline         # BLESS's rule: deadline (default) or paper (squads, bless policies)
+    window: 0.001            # deadline pacing: seconds of each request's kernels per launch
+    squad_size: 50           # paper pacing: kernels per squad
+    split_ratio: 0.5         # paper pacing: Semi-SP's restricted share (or auto)
     state_dir: ~/.local/state/bless   # registered apps survive restarts here
     admin_token: null        # null: generated once, kept in <state_dir>/admin-token
     max_queue: 1024          # requests one app may have queued or running
@@ -32,7 +34,7 @@ from typing import Any
 from bless.config import ConfigError, read_yaml
 from bless.gpu import get_gpu
 from bless.admission.colocation import SETTINGS as COLOCATION_SETTINGS, ColocationGate
-from bless.policies.bless import parse_split_ratio
+from bless.policies.bless import PACING, WINDOW, parse_split_ratio
 from bless.server.admission import AdmissionLimits
 
 
@@ -49,6 +51,8 @@ class ServerConfig:
     gpu: str = "a100"
     backend: str = "sim"
     mechanism: str = "mps"
+    pacing: str = "deadline"
+    window: float = WINDOW
     squad_size: int = 50
     split_ratio: float | str = 0.5
     state_dir: Path = field(default_factory=default_state_dir)
@@ -76,6 +80,10 @@ class ServerConfig:
             raise bad("backend", "sim or cuda", self.backend)
         if self.mechanism not in ("mps", "green"):
             raise bad("mechanism", "mps or green", self.mechanism)
+        if self.pacing not in PACING:
+            raise bad("pacing", " or ".join(PACING), self.pacing)
+        if isinstance(self.window, bool) or not isinstance(self.window, (int, float)) or not self.window > 0:
+            raise bad("window", "seconds > 0", self.window)
         if isinstance(self.squad_size, bool) or not isinstance(self.squad_size, int) or self.squad_size < 1:
             raise bad("squad_size", "an integer >= 1", self.squad_size)
         try:

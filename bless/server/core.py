@@ -277,11 +277,11 @@ class ServingCore:
                 if not busy:
                     self._wakeup.wait(0.05 if self._stopping else None)
                     continue
-                finished, launched = self.executor.step(math.inf)
-                for req in finished:
+                step = self.executor.step(math.inf)
+                for req in step.finished:
                     self._on_finished(req)
                 self._after_step()
-                if not launched and not finished:
+                if not step.launched and not step.finished:
                     self._wakeup.wait(1e-3)  # the policy chose to wait: do not spin
         except Exception as e:  # a bug: fail everything loudly rather than hang clients
             log.exception("the serving loop crashed")

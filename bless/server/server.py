@@ -76,13 +76,19 @@ def warm_up(cfg: ServerConfig) -> None:
 
     apps = [AppState(i, f"warm-up-{i}", synthetic_profile(f"warm-up-{i}", gpu=cfg.gpu, n_kernels=8, seed=i), 0.5)
             for i in range(2)]
-    policy = BlessPolicy(squad_size=cfg.squad_size, split_ratio=cfg.split_ratio, mechanism=cfg.mechanism)
+    policy = bless_policy(cfg)
     executor = Executor(SimBackend(cfg.gpu, mechanism=cfg.mechanism), policy, apps)
     for rid, app in enumerate(apps):
         app.queue.append(Request(rid, app, 0.0))
     while executor.launched or any(a.queue or a.active for a in apps):
         executor.step(math.inf)
     executor.close()
+
+
+def bless_policy(cfg: ServerConfig) -> BlessPolicy:
+    """The BLESS policy the server config describes."""
+    return BlessPolicy(squad_size=cfg.squad_size, split_ratio=cfg.split_ratio, mechanism=cfg.mechanism,
+                       pacing=cfg.pacing, window=cfg.window)
 
 
 def _address(host: str, port: int) -> str:
@@ -118,7 +124,7 @@ class BlessServer:
             self.token, self.token_source = admin_token(cfg)
             warm_up(cfg)
             backend = make_backend(cfg)
-            policy = BlessPolicy(squad_size=cfg.squad_size, split_ratio=cfg.split_ratio, mechanism=cfg.mechanism)
+            policy = bless_policy(cfg)
             metrics = ServerMetrics(lambda: self.core.gpu_sample)
             self.core = ServingCore(backend, policy, metrics=metrics, store=self._store, max_queue=cfg.max_queue,
                                     limits=cfg.admission)
