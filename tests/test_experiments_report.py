@@ -1,0 +1,82 @@
+"""experiments/paper.py: the mean latency / lower bound tables, on a tiny sweep of its own."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bless.bound import bound_for_config
+from bless.config import config_from_dict
+from bless.sweep import load_sweep, run_sweep
+
+PAPER = Path(__file__).resolve().parents[1] / "experiments" / "paper.py"
+SWEEP = {
+    "name": "tiny",
+    "base": {
+        "gpu": "a100", "duration": 0.4, "warmup": 0.1, "seed": 0, "noise": 0.0,
+        "apps": [{"app": "resnet50", "quota": 0.5, "load": "poisson:40"},
+                 {"app": "bert", "quota": 0.5, "load": "poisson:20"}],
+    },
+    "grid": {"policy": ["bless", "unbound", "iso"], "apps.1.load": ["poisson:20", "B"]},
+}
+
+
+@pytest.fixture(scope="module")
+def paper(tmp_path_factory):
+    """paper.py with its sweep files and results in a temporary folder that holds the tiny sweep, run."""
+    spec = importlib.util.spec_from_file_location("paper", PAPER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    here = tmp_path_factory.mktemp("experiments")
+    (here / "tiny.yaml").write_text(yaml.safe_dump(SWEEP))
+    module.HERE, module.RESULTS = here, here / "results"
+    run_sweep(load_sweep(here / "tiny.yaml"), module.RESULTS / "tiny", jobs=1, plot=False)
+    return module
+
+
+def cells(section: str) -> dict[str, list[str]]:
+    """The table of a markdown section: first cell of each row -> the other cells."""
+    rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("|")]
+    return {r[0].strip(): [c.strip() for c in r[1:]] for r in rows if not r[0].startswith("---")}
+
+
+def test_bound_table_has_a_row_per_cell_and_a_column_per_policy(paper):
+    rows = paper.rows_of("tiny")
+    table = cells(paper.bound_section("tiny", rows, lambda r: r["apps.1.load"]))
+    assert table[""] == ["BLESS", "UNBOUND", "ISO"]
+    assert list(table)[1:] == ["poisson:20", "B", "**mean**"]
+    assert all(float(c) > 0 for row in list(table.values())[1:] for c in row)
+
+
+def test_ratio_is_mean_latency_over_the_bless_configs_bound(paper):
+    rows = paper.rows_of("tiny")
+    paper.attach_bound_ratios("tiny", rows)
+    bless_bounds = {}
+    for r, (values, raw) in zip(rows, load_sweep(paper.HERE / "tiny.yaml").runs(), strict=True):
+        bound_ms = bound_for_config(config_from_dict({**raw, "policy": "bless"})).mean * 1e3
+        assert r["bound_ratio"] == pytest.approx(r["mean_latency_ms"] / bound_ms)
+        if values["policy"] == "bless":
+            bless_bounds[r["apps.1.load"]] = bound_ms
+        elif values["policy"] == "iso":  # ISO is held to the bound of its cell's BLESS run
+            assert r["mean_latency_ms"] / r["bound_ratio"] == pytest.approx(bless_bounds[r["apps.1.load"]])
+        if values["policy"] != "iso":  # measured with the bound's own arrivals and no noise
+            assert r["bound_ratio"] >= 1.0
+
+
+def test_headline_names_each_experiment_and_blesss_distance_to_the_bound(paper):
+    text = "\n".join(paper.bound_headline(["tiny"]))
+    table = cells(text)
+    assert table["mean latency / lower bound (bless bound)"] == ["BLESS", "UNBOUND", "ISO"]
+    assert [c.split(" ")[1] for c in table["**mean over the experiments**"]] == ["(1)"] * 3
+    above = 100 * (paper.bound_means("tiny")["BLESS"] - 1)
+    assert f"BLESS's mean latency is {above:.1f} % above the lower bound" in text
+
+
+def test_neighbour_load_names_rates_in_multiples_of_the_quota_throughput(paper):
+    assert paper.neighbour_load('{"rate":100,"type":"poisson"}', 50.0) == "Poisson 2x (100/s)"
+    assert paper.neighbour_load('{"interval":0,"type":"closed"}', 50.0) == "closed loop, think 0 x solo"
+    mmpp = '{"duration":4,"dwell":[0.4,0.1],"rate":50,"rates":[0,1],"trace":"mmpp","type":"trace"}'
+    assert paper.neighbour_load(mmpp, 50.0) == "MMPP bursts, mean 1x, peaks 5x"
