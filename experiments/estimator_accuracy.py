@@ -43,11 +43,12 @@ from pathlib import Path
 import numpy as np
 
 from bless.catalog import load_app
-from bless.determiner import RATIO_CHOICES, Determiner, SquadConfig, all_splits, restricted_count
+from bless.determiner import RATIO_CHOICES, Determiner, SquadConfig, all_splits
 from bless.gpu import N_LEVELS, GpuSpec, get_gpu
 from bless.manager import KernelManager
 from bless.policy import Decision, LaunchPlan
 from bless.requests import AppState, Request
+from bless.policies.bless import semi_sp_plans
 from bless.scheduler import Squad, build_squad
 from bless.sim.backend import SimBackend
 
@@ -82,26 +83,8 @@ def decisions(squad: Squad, key: Key, gpu: GpuSpec, mechanism: str) -> list[Deci
         return [Decision(plans, squad.order, sync=True)]
     parts = key[1]
     ratio = 1.0 if kind == "split" else key[2]
-    # As BlessPolicy._semi_sp launches it: each request's restricted prefix, then its unrestricted rest.
-    plans: list[LaunchPlan] = []
-    first: list[tuple[int, int, int]] = []
-    for r, e, n in zip(reqs, squad.entries, parts):
-        c = restricted_count(ratio, e.count)
-        r_idx = f_idx = -1
-        if c:
-            r_idx = len(plans)
-            plans.append(LaunchPlan(r, e.start, c, gpu.sms_for_level(n, mechanism)))
-        if c < e.count:
-            f_idx = len(plans)
-            plans.append(LaunchPlan(r, e.start + c, e.count - c))
-        first.append((r_idx, c, f_idx))
-    taken = [0] * len(squad.entries)
-    order = []
-    for j in squad.order:
-        r_idx, c, f_idx = first[j]
-        order.append(r_idx if taken[j] < c else f_idx)
-        taken[j] += 1
-    return [Decision(tuple(plans), tuple(order), sync=True)]
+    plans, order = semi_sp_plans(squad, [gpu.sms_for_level(n, mechanism) for n in parts], ratio, reqs)
+    return [Decision(plans, order, sync=True)]
 
 
 def measure(manager: KernelManager, batch: list[Decision]) -> float:

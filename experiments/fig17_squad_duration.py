@@ -24,16 +24,15 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from bless.catalog import load_app
-from bless.determiner import Determiner, SquadConfig
+from bless.determiner import Determiner
 from bless.gpu import get_gpu
 from bless.manager import KernelManager
-from bless.policies.bless import BlessPolicy
+from bless.policies.bless import semi_sp_plans
 from bless.policy import Decision, LaunchPlan
 from bless.requests import AppState, Request
 from bless.scheduler import Squad, SquadEntry, build_squad
@@ -72,14 +71,13 @@ def clone(squad: Squad) -> tuple[Squad, dict[int, Request]]:
     return Squad(entries, squad.order), copies
 
 
-def decisions(mode: str, squad: Squad, parts: tuple[int, ...], semi: BlessPolicy, strict: BlessPolicy) -> list[Decision]:
+def decisions(mode: str, squad: Squad, parts: tuple[int, ...], gpu) -> list[Decision]:
     if mode == "SEQ":
         return [Decision((LaunchPlan(e.request, e.start, e.count),), sync=True) for e in squad.entries]
     if mode == "NSP":
         return [Decision(tuple(LaunchPlan(e.request, e.start, e.count) for e in squad.entries), squad.order, sync=True)]
-    config = SquadConfig(True, parts, 0.0, 0.0, 0.0)
-    policy = strict if mode == "SP" else semi
-    return [policy._semi_sp(squad, config)]
+    plans, order = semi_sp_plans(squad, [gpu.sms_for_level(n) for n in parts], 1.0 if mode == "SP" else 0.5)
+    return [Decision(plans, order, sync=True)]
 
 
 def measure(manager: KernelManager, batch: list[Decision]) -> float:
@@ -98,9 +96,6 @@ def run(squads: int, squad_size: int, seed: int, noise: float) -> dict:
     manager = KernelManager(backend)
     limits = [None, *dict.fromkeys(gpu.sms_for_level(n) for n in range(1, 18))]
     det = Determiner(gpu, switch_cost=backend.host.context_switch)
-    semi, strict = BlessPolicy(split_ratio=0.5), BlessPolicy(split_ratio=1.0)
-    for p in (semi, strict):
-        p.gpu = gpu
     rows = []
     t0 = time.perf_counter()
     rid = 0
@@ -119,7 +114,7 @@ def run(squads: int, squad_size: int, seed: int, noise: float) -> dict:
             measured = {}
             for mode in MODES:
                 copy, _ = clone(squad)
-                measured[mode] = measure(manager, decisions(mode, copy, parts, semi, strict))
+                measured[mode] = measure(manager, decisions(mode, copy, parts, gpu))
             picked = det.decide(squad).restricted
             rows.append({"pair": f"{a}+{b}", **measured, "BLESS": measured["Semi-SP" if picked else "NSP"],
                          "restricted": picked})

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from bless.backend import HostCosts
-from bless.determiner import Determiner, SquadConfig
+from bless.determiner import Determiner, restricted_count
 from bless.gpu import N_LEVELS, GpuSpec
 from bless.policy import Decision, LaunchPlan, Policy, SquadEstimate
 from bless.requests import AppState, Request
@@ -175,7 +175,9 @@ class BlessPolicy(Policy):
         prev = [self._last_limit.get(e.request.rid) for e in squad.entries]
         config = self.determiner.decide(squad, prev)
         if config.restricted:
-            return self._semi_sp(squad, config)
+            sms = [self.gpu.sms_for_level(n, self.mechanism) for n in config.partitions]
+            plans, order = semi_sp_plans(squad, sms, config.split_ratio)
+            return Decision(plans, order, sync=True, estimate=SquadEstimate(config.estimate, True))
         plans = tuple(LaunchPlan(e.request, e.start, e.count) for e in squad.entries)
         return Decision(plans, squad.order, sync=True, estimate=SquadEstimate(config.estimate, False))
 
@@ -232,30 +234,6 @@ class BlessPolicy(Policy):
         """The determiner's kernel walk over ``(request, start, count, sm_limit)`` runs."""
         return self.determiner.run_ends([(r.app.profile, s, c, lim) for r, s, c, lim in runs], ready)
 
-    def _semi_sp(self, squad: Squad, config: SquadConfig) -> Decision:
-        """The first ``config.split_ratio`` of each request's squad kernels restricted, the rest not."""
-        plans: list[LaunchPlan] = []
-        first_plan: list[tuple[int, int, int]] = []  # (restricted plan, restricted count, free plan)
-        for e, parts in zip(squad.entries, config.partitions):
-            restricted = config.restricted_count(e.count)
-            sms = self.gpu.sms_for_level(parts, self.mechanism)
-            r_idx = f_idx = -1
-            if restricted:
-                r_idx = len(plans)
-                plans.append(LaunchPlan(e.request, e.start, restricted, sms))
-            if restricted < e.count:
-                f_idx = len(plans)
-                plans.append(LaunchPlan(e.request, e.start + restricted, e.count - restricted))
-            first_plan.append((r_idx, restricted, f_idx))
-        taken = [0] * len(squad.entries)
-        order = []
-        for j in squad.order:
-            r_idx, restricted, f_idx = first_plan[j]
-            order.append(r_idx if taken[j] < restricted else f_idx)
-            taken[j] += 1
-        return Decision(tuple(plans), tuple(order), sync=True, estimate=SquadEstimate(config.estimate, True))
-
-
     def describe(self) -> dict:
         return {
             "policy": self.name,
@@ -282,3 +260,31 @@ def neighbour_stretch(apps: list[AppState], gpu: GpuSpec) -> dict[int, float]:
         demand[a.index] = moved / a.iso_latency if a.iso_latency > 0 else 0.0
     total = sum(demand.values())
     return {i: 1.0 + c * (total - u) for i, u in demand.items()}
+
+
+def semi_sp_plans(
+    squad: Squad, sms: list[int], ratio: float, requests: list[Request] | None = None
+) -> tuple[tuple[LaunchPlan, ...], tuple[int, ...]]:
+    """Semi-SP's launches of ``squad``: the first ``ratio`` of each entry's kernels in its
+    context of ``sms[j]`` SMs, the rest unrestricted, in the squad's kernel order.
+    ``requests`` stand in for the entries' requests (a replay of the same squad)."""
+    reqs = requests if requests is not None else [e.request for e in squad.entries]
+    plans: list[LaunchPlan] = []
+    first_plan: list[tuple[int, int, int]] = []  # (restricted plan, restricted count, free plan)
+    for r, e, limit in zip(reqs, squad.entries, sms):
+        restricted = restricted_count(ratio, e.count)
+        r_idx = f_idx = -1
+        if restricted:
+            r_idx = len(plans)
+            plans.append(LaunchPlan(r, e.start, restricted, limit))
+        if restricted < e.count:
+            f_idx = len(plans)
+            plans.append(LaunchPlan(r, e.start + restricted, e.count - restricted))
+        first_plan.append((r_idx, restricted, f_idx))
+    taken = [0] * len(squad.entries)
+    order = []
+    for j in squad.order:
+        r_idx, restricted, f_idx = first_plan[j]
+        order.append(r_idx if taken[j] < restricted else f_idx)
+        taken[j] += 1
+    return tuple(plans), tuple(order)
