@@ -27,15 +27,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+from estimator_accuracy import decisions, measure  # the same launches and timing as the estimator check
 
 from bless.catalog import load_app
 from bless.determiner import Determiner
 from bless.gpu import get_gpu
 from bless.manager import KernelManager
-from bless.policies.bless import semi_sp_plans
-from bless.policy import Decision, LaunchPlan
 from bless.requests import AppState, Request
-from bless.scheduler import Squad, SquadEntry, build_squad
+from bless.scheduler import Squad, build_squad
 from bless.sim.backend import SimBackend
 
 APPS = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
@@ -60,32 +59,9 @@ def random_squad(states: list[AppState], rng: np.random.Generator, size: int, ri
     return build_squad(reqs, now, size)
 
 
-def clone(squad: Squad) -> tuple[Squad, dict[int, Request]]:
-    """Fresh requests at the squad's positions, so a squad can run many times."""
-    copies = {}
-    for e in squad.entries:
-        c = Request(e.request.rid, e.request.app, 0.0)
-        c.scheduled = e.start
-        copies[e.request.rid] = c
-    entries = tuple(SquadEntry(copies[e.request.rid], e.start, e.count) for e in squad.entries)
-    return Squad(entries, squad.order), copies
-
-
-def decisions(mode: str, squad: Squad, parts: tuple[int, ...], gpu) -> list[Decision]:
-    if mode == "SEQ":
-        return [Decision((LaunchPlan(e.request, e.start, e.count),), sync=True) for e in squad.entries]
-    if mode == "NSP":
-        return [Decision(tuple(LaunchPlan(e.request, e.start, e.count) for e in squad.entries), squad.order, sync=True)]
-    plans, order = semi_sp_plans(squad, [gpu.sms_for_level(n) for n in parts], 1.0 if mode == "SP" else 0.5)
-    return [Decision(plans, order, sync=True)]
-
-
-def measure(manager: KernelManager, batch: list[Decision]) -> float:
-    launches = []
-    for d in batch:
-        launches += manager.execute(d)
-        manager.backend.synchronize()
-    return max(r.end for r in launches) - min(r.start for r in launches)
+MODE_KEYS = {"SEQ": lambda parts: ("seq",), "NSP": lambda parts: ("nsp",),
+             "SP": lambda parts: ("split", parts), "Semi-SP": lambda parts: ("semi_sp", parts, 0.5)}
+"""Each mode as estimator_accuracy.py names the configuration it launches."""
 
 
 def run(squads: int, squad_size: int, seed: int, noise: float) -> dict:
@@ -113,8 +89,7 @@ def run(squads: int, squad_size: int, seed: int, noise: float) -> dict:
             parts, _ = det.best_split(squad)
             measured = {}
             for mode in MODES:
-                copy, _ = clone(squad)
-                measured[mode] = measure(manager, decisions(mode, copy, parts, gpu))
+                measured[mode] = measure(manager, decisions(squad, MODE_KEYS[mode](parts), gpu, "mps"))
             picked = det.decide(squad).restricted
             rows.append({"pair": f"{a}+{b}", **measured, "BLESS": measured["Semi-SP" if picked else "NSP"],
                          "restricted": picked})
