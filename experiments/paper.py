@@ -38,9 +38,10 @@ POLICY_NAMES = {
     "reef": "REEF+",
     "iso": "ISO",
     "zico": "ZICO",
-    "bless(pacing=False)": "w/o scheduler",
-    "bless(determiner=nsp)": "w/o determiner (NSP)",
-    "bless(determiner=sp)": "w/o determiner (SP)",
+    "bless(pacing=paper)": "paper's rule",
+    "bless(pacing=none)": "w/o scheduler",
+    "bless(pacing=paper,determiner=nsp)": "paper's rule w/o determiner (NSP)",
+    "bless(pacing=paper,determiner=sp)": "paper's rule w/o determiner (SP)",
 }
 BASELINES = ("TEMPORAL", "MIG", "GSLICE", "UNBOUND", "REEF+")
 PAPER_REDUCTION = {"TEMPORAL": 37.3, "MIG": 34.2, "GSLICE": 21.1, "UNBOUND": 16.5, "REEF+": 13.5}
