@@ -89,9 +89,9 @@ import numpy as np
 from bless import curves
 from bless.backend import HostCosts
 from bless.gpu import N_LEVELS, GpuSpec
+from bless.gpudata import InterferenceModel
 from bless.profile import Profile
 from bless.scheduler import Squad
-from bless.sim.engine import InterferenceModel
 
 MODES = ("auto", "nsp", "sp", "seq")
 """auto: pick the fastest estimate; nsp / sp / seq: always that kind (ablations)."""

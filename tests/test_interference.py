@@ -11,7 +11,7 @@ from bless.data import shared_data_dir
 from bless.gpudata import gpu_constants
 from bless.groundtruth import corun
 from bless.sim.backend import SimBackend
-from bless.sim.engine import InterferenceModel
+from bless.gpudata import InterferenceModel
 from bless.synthetic import synthetic_profile
 
 PAIRS_DIR = shared_data_dir() / "colocation" / "a100_mps_pairs"

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bless.groundtruth import corun  # noqa: E402
 from bless.groundtruth.corun import Exclusion, PairData, PairRow, RowResult  # noqa: E402
-from bless.sim.engine import InterferenceModel  # noqa: E402
+from bless.gpudata import InterferenceModel  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bless.gpu import A100
+from bless.gpudata import InterferenceModel
 from bless.groundtruth.mps import mps_sms
 from bless.profile import Profile
-from bless.sim.engine import Engine, InterferenceModel, KernelRun
+from bless.sim.engine import Engine, KernelRun
 from bless.sim.kernels import SimApp
 
 HOST_BOUND_SLOWDOWN = 1.06

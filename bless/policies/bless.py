@@ -22,11 +22,16 @@ import numpy as np
 from bless.backend import HostCosts
 from bless.determiner import Determiner, restricted_count
 from bless.gpu import N_LEVELS, GpuSpec
+from bless.gpudata import InterferenceModel
 from bless.policy import Decision, LaunchPlan, Policy, SquadEstimate
 from bless.requests import AppState, Request
-from bless.scheduler import PacedRequest, PaceTable, Squad, build_deadline_squad, build_squad
-from bless.sim.engine import InterferenceModel
-
+from bless.scheduler import (
+    PacedRequest,
+    PaceTable,
+    Squad,
+    build_deadline_squad,
+    build_squad,
+)
 
 DECIDE_PER_KERNEL = {"paper": 1e-6, "none": 1e-6, "deadline": 3e-6}
 """Host time per scheduled kernel, per pacing rule: squad building and configuration
@@ -145,10 +150,12 @@ class BlessPolicy(Policy):
         )
         for app in apps:
             self.determiner.tables(app.profile)
-        limits = [n for n in self.context_limits(apps[0], gpu) if n is not None] if apps else []
+        limits = tuple(n for n in self.context_limits(apps[0], gpu) if n is not None) if apps else ()
         self._pace_tables = {
-            id(a.profile): self._pace_tables.get(id(a.profile))
-            or PaceTable.build(a.profile.t_at_sms, limits, gpu.sm_count)
+            id(a.profile): (
+                old if (old := self._pace_tables.get(id(a.profile))) is not None and old.limits == limits
+                else PaceTable.build(a.profile.t_at_sms, list(limits), gpu.sm_count)
+            )
             for a in apps
         }
         self._stretch = neighbour_stretch(apps, gpu)
@@ -254,9 +261,7 @@ def neighbour_stretch(apps: list[AppState], gpu: GpuSpec) -> dict[int, float]:
     demand = {}
     for a in apps:
         p = a.profile
-        moved = sum(k.dram_util for k in p.kernels) and float(
-            np.dot([k.dram_util for k in p.kernels], p.t[-1])
-        )
+        moved = float(np.dot([k.dram_util for k in p.kernels], p.t[-1]))
         demand[a.index] = moved / a.iso_latency if a.iso_latency > 0 else 0.0
     total = sum(demand.values())
     return {i: 1.0 + c * (total - u) for i, u in demand.items()}

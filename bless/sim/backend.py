@@ -19,8 +19,9 @@ from typing import Any
 
 from bless.backend import AppHandle, Backend, BackendError, HostCosts
 from bless.gpu import GpuSpec, get_gpu
+from bless.gpudata import InterferenceModel
 from bless.profile import Profile
-from bless.sim.engine import Context, Engine, InterferenceModel, KernelRun, Stream
+from bless.sim.engine import Context, Engine, KernelRun, Stream
 from bless.sim.kernels import SimApp
 from bless.trace_events import Placement
 

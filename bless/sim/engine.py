@@ -54,23 +54,10 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from bless.gpudata import gpu_constants
+from bless.gpudata import InterferenceModel
 from bless.sim.kernels import SimKernel
 
 _EPS = 1e-12
-
-
-@dataclass(frozen=True)
-class InterferenceModel:
-    """Coefficients of the co-location interference term (see module docstring)."""
-
-    bandwidth: float = 0.0
-    """Stretch per unit of the DRAM bandwidth (fraction of peak) the other running kernels demand."""
-
-    @classmethod
-    def for_gpu(cls, gpu: str) -> "InterferenceModel":
-        """The fitted constants of GPU model ``gpu`` (``bless/gpudata/<gpu>.toml``, with their source)."""
-        return gpu_constants(gpu).build("interference", cls)
 
 
 def _lowest_bits(mask: int, n: int) -> int:
