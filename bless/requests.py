@@ -1,14 +1,39 @@
-"""Requests and the per-app view the policies schedule from."""
+"""Requests and the per-app view the policies schedule from.
+
+An app's :class:`AppState` owns the lifecycle of its requests: the runtime and
+the server tell it what happened (:meth:`AppState.submit`,
+:meth:`AppState.finish`, :meth:`AppState.withdraw`, :meth:`AppState.drain`),
+policies ask it (:meth:`AppState.activate`, :meth:`AppState.take_queued`,
+:meth:`AppState.release`), and nobody else moves a request between its
+queue and its active slot.  A request's :attr:`Request.state` follows.
+"""
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import numpy as np
 
 from bless.profile import Profile
+
+
+class RequestState(Enum):
+    """Where a request is in its life."""
+
+    QUEUED = "queued"
+    """Waiting in its app's queue."""
+    ACTIVE = "active"
+    """Its app's request the scheduler paces; no kernel launched yet."""
+    RUNNING = "running"
+    """Some of its kernels launched."""
+    DONE = "done"
+    FAILED = "failed"
+    """Ended with a kernel fault."""
+    WITHDRAWN = "withdrawn"
+    """Taken out before any kernel launched (cancelled, its app removed, the server stopping)."""
 
 
 @dataclass(eq=False)
@@ -28,6 +53,17 @@ class Request:
     payload: Any = None
     """Whatever the caller attached (the server keeps its response future here)."""
     failed: str | None = None
+    withdrawn: bool = False
+
+    @property
+    def state(self) -> RequestState:
+        if self.withdrawn:
+            return RequestState.WITHDRAWN
+        if self.end is not None:
+            return RequestState.FAILED if self.failed else RequestState.DONE
+        if self.scheduled:
+            return RequestState.RUNNING
+        return RequestState.ACTIVE if self.app.active is self else RequestState.QUEUED
 
     @property
     def n_kernels(self) -> int:
@@ -91,8 +127,45 @@ class AppState:
         """The latency the scheduler paces this app against (SLO if set, else ISO)."""
         return self.slo if self.slo is not None else self.iso_latency
 
+    def submit(self, request: Request) -> None:
+        """A request arrived: it queues behind the app's earlier ones."""
+        self.queue.append(request)
+
     def activate(self) -> Request | None:
         """Make the oldest queued request active if none is (one active request per app)."""
         if self.active is None and self.queue:
             self.active = self.queue.popleft()
         return self.active
+
+    def take_queued(self) -> Request | None:
+        """The oldest queued request, for a policy that launches requests whole (not paced)."""
+        return self.queue.popleft() if self.queue else None
+
+    def release(self, request: Request) -> None:
+        """Every kernel of the active ``request`` is launched: the next one may become active."""
+        if self.active is request:
+            self.active = None
+
+    def finish(self, request: Request, end: float, error: str | None = None) -> None:
+        """``request``'s last kernel ended at ``end`` (``error``: a kernel faulted)."""
+        request.end = end
+        request.failed = error or request.failed
+        self.release(request)
+
+    def withdraw(self, request: Request) -> bool:
+        """Take out ``request`` if none of its kernels launched; False if it already runs."""
+        if request in self.queue:
+            self.queue.remove(request)
+        elif self.active is request and not request.scheduled:
+            self.active = None
+        else:
+            return False
+        request.withdrawn = True
+        return True
+
+    def drain(self) -> list[Request]:
+        """Take out every request with no kernel launched (the active one first)."""
+        waiting = [r for r in (self.active, *self.queue) if r is not None and not r.scheduled]
+        for r in waiting:
+            self.withdraw(r)
+        return waiting

@@ -224,9 +224,7 @@ class Executor:
             raise RuntimeError(f"app {app.name!r} still has kernels on the GPU; wait for them first")
         # The active request has launched nothing (it is not in self.launched): it is queued too.
         self._ahead = None
-        queued = ([app.active] if app.active is not None else []) + list(app.queue)
-        app.queue.clear()
-        app.active = None
+        queued = app.drain()
         self.apps.remove(app)
         self.manager.undeploy(app)
         self.policy.setup(self.apps, self.backend.gpu)
@@ -271,11 +269,8 @@ class Executor:
             req = run.tag
             if req.done:
                 continue
-            req.end = run.end
-            req.failed = getattr(run, "error", None) or req.failed
+            req.app.finish(req, run.end, getattr(run, "error", None))
             self.launched.discard(req)
-            if req.app.active is req:
-                req.app.active = None
             self.policy.on_complete(req, run.end)
             done.append(req)
         return StepResult(done, launched, wake_at)
@@ -384,7 +379,7 @@ class Runtime:
         while self._arrivals and self._arrivals[0][0] <= now:
             t, rid, i = heapq.heappop(self._arrivals)
             app = self.apps[i]
-            app.queue.append(Request(rid, app, t))
+            app.submit(Request(rid, app, t))
             self._submitted[i] += 1
             self._in_flight += 1
             if not self.loads[i].closed:

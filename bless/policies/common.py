@@ -30,7 +30,6 @@ def launch_queued(apps: list[AppState], sm_limit: Callable[[AppState], int | Non
         if not app.queue:
             continue
         limit = sm_limit(app)
-        while app.queue:
-            req = app.queue.popleft()
+        while (req := app.take_queued()) is not None:
             plans.append(LaunchPlan(req, 0, req.n_kernels, limit))
     return Decision(tuple(plans)) if plans else None

@@ -120,7 +120,7 @@ class TemporalPolicy(Policy):
             budget -= prefix[start + count] - prefix[start]
             if count < req.remaining:
                 break
-            app.active = None  # fully launched: the app's next request may start in this slice
+            app.release(req)  # fully launched: the app's next request may start in this slice
         return tuple(plans)
 
     def describe(self) -> dict:

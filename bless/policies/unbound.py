@@ -21,7 +21,6 @@ class UnboundPolicy(Policy):
     def step(self, now: float, apps: list[AppState]) -> Decision | None:
         plans = []
         for app in apps:
-            while app.queue:
-                req = app.queue.popleft()
+            while (req := app.take_queued()) is not None:
                 plans.append(LaunchPlan(req, 0, req.n_kernels))
         return Decision(tuple(plans)) if plans else None

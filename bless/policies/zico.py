@@ -68,7 +68,7 @@ class ZicoPolicy(Policy):
             if blockers:
                 wake = min(wake, max(blockers))
                 continue
-            req = app.queue.popleft()
+            req = app.take_queued()
             plans.append(LaunchPlan(req, 0, req.n_kernels))
             self._forward_end[app.index] = now + self._forward[app.index] * self._iteration[app.index]
         if not plans:

@@ -334,7 +334,7 @@ class ServingCore:
         if served.closing or not any(a is served.state for a in self.executor.apps):
             self._finish(job, Outcome("aborted", Aborted(f"app {served.name!r} was unregistered before the request ran")))
             return
-        served.state.queue.append(job.request)
+        served.state.submit(job.request)
 
     def _on_cancel(self, job: Job) -> None:
         if job.finished:
@@ -342,11 +342,7 @@ class ServingCore:
         req = job.request
         app = req.app
         cancelled = Outcome("cancelled", Aborted("cancelled by the client"))
-        if req in app.queue:
-            app.queue.remove(req)
-            self._finish(job, cancelled)
-        elif app.active is req and req not in self.executor.launched:
-            app.active = None
+        if app.withdraw(req):
             self._finish(job, cancelled)
         else:
             job.cancelled = True  # on the GPU: it runs to the end
@@ -470,11 +466,7 @@ class ServingCore:
         self.store.delete(name)
         app = served.state
         gone = Outcome("aborted", Aborted(f"app {name!r} was unregistered before this request ran"))
-        waiting = list(app.queue)
-        if app.active is not None and app.active not in self.executor.launched:
-            waiting.insert(0, app.active)
-            app.active = None
-        app.queue.clear()
+        waiting = app.drain()
         for req in waiting:
             self._finish(req.payload, gone)
         self._removals.append((served, fut, len(waiting)))
@@ -517,9 +509,8 @@ class ServingCore:
         left = Outcome("aborted", error)
         ex = self.executor
         for app in ex.apps:
-            for req in [*([app.active] if app.active is not None else []), *app.queue, ]:
+            for req in app.drain():
                 self._finish(req.payload, left)
-            app.queue.clear()
         for req in list(ex.launched):
             self._finish(req.payload, left)
         while self._inbox:

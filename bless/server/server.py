@@ -79,7 +79,7 @@ def warm_up(cfg: ServerConfig) -> None:
     policy = bless_policy(cfg)
     executor = Executor(SimBackend(cfg.gpu, mechanism=cfg.mechanism), policy, apps)
     for rid, app in enumerate(apps):
-        app.queue.append(Request(rid, app, 0.0))
+        app.submit(Request(rid, app, 0.0))
     while executor.launched or any(a.queue or a.active for a in apps):
         executor.step(math.inf)
     executor.close()
