@@ -145,10 +145,11 @@ assumption; the served load test (tests/test_server_load.py) checks it against `
 
 @dataclass(frozen=True)
 class PaceTable:
-    """One app's kernel times in each context it owns, as prefix sums (built once per profile).
+    """One app's kernel times in each context it owns, as prefix sums.
 
     Row ``i`` of ``prefix`` is the time from kernel 0 to the end of each kernel
     alone with ``limits[i]`` SMs; the last row is the whole GPU (unrestricted).
+    The rows are the determiner's (``AppTables.prefix``) at those levels.
     """
 
     limits: tuple[int, ...]
@@ -157,15 +158,6 @@ class PaceTable:
     """The whole GPU's (the last row's)."""
     prefix: np.ndarray
     """Shape (len(limits) + 1, K + 1)."""
-
-    @classmethod
-    def build(cls, t_at_sms, limits: list[int], sm_count: int) -> "PaceTable":
-        """``t_at_sms(n)``: the per-kernel times with ``n`` SMs (``Profile.t_at_sms``)."""
-        ordered = tuple(sorted(set(limits)))
-        t = np.minimum.accumulate(np.array([t_at_sms(n) for n in (*ordered, sm_count)]), axis=0)
-        prefix = np.zeros((len(t), t.shape[1] + 1))
-        prefix[:, 1:] = np.cumsum(t, axis=1)
-        return cls(ordered, sm_count, prefix)
 
     def sms(self, row: int) -> int:
         return self.limits[row] if row < len(self.limits) else self.sm_count

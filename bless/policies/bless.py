@@ -46,10 +46,10 @@ MEMORY_HEADROOM = 0.95
 PACING = ("deadline", "paper", "none")
 
 WINDOW = 1e-3
-"""Seconds of each running request's kernels in one deadline-paced squad: the
-longest a newcomer waits for its first kernel and the slack a waiting request
-keeps in hand.  Our assumption, chosen to keep the squad barrier's cost (20 us
-of synchronisation per squad) near 2 %; ``bless sweep`` over ``window`` shows its effect."""
+"""Seconds of each running request's kernels deadline pacing launches at a time: the
+longest a newcomer waits for its first kernel and the slack a waiting request keeps in
+hand.  Our assumption: 0.5 and 2 ms move single Fig. 13 pairs by up to 17 % either way
+with no setting best for all (``experiments/fig13_ablation.yaml``)."""
 
 
 def parse_pacing(value: str | bool) -> str:
@@ -128,7 +128,7 @@ class BlessPolicy(Policy):
         self.determiner: Determiner | None = None
         self.max_level = N_LEVELS - 1
         self._pace_tables: dict[int, PaceTable] = {}
-        """Per profile (by id): kernel times in each of the app's contexts."""
+        """Per profile (by id): kernel times in each of the app's contexts (the determiner's rows)."""
         self._stretch: dict[int, float] = {}
         """Per app index: the slowdown its neighbours' DRAM traffic is expected to cause."""
         self._deadline: dict[int, float] = {}
@@ -150,12 +150,11 @@ class BlessPolicy(Policy):
         )
         for app in apps:
             self.determiner.tables(app.profile)
-        limits = tuple(n for n in self.context_limits(apps[0], gpu) if n is not None) if apps else ()
+        limits = sorted(n for n in self.context_limits(apps[0], gpu) if n is not None) if apps else []
+        level_sms = gpu.level_sms(self.mechanism)
+        rows = [level_sms.index(n) for n in limits] + [N_LEVELS - 1]
         self._pace_tables = {
-            id(a.profile): (
-                old if (old := self._pace_tables.get(id(a.profile))) is not None and old.limits == limits
-                else PaceTable.build(a.profile.t_at_sms, list(limits), gpu.sm_count)
-            )
+            id(a.profile): PaceTable(tuple(limits), gpu.sm_count, self.determiner.tables(a.profile).prefix[rows])
             for a in apps
         }
         self._stretch = neighbour_stretch(apps, gpu)
