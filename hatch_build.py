@@ -2,12 +2,12 @@
 
 Runs on every wheel and editable build (``pip install .``, ``pip install -e .``,
 ``make test``) with ``grpc_tools.protoc`` from ``[build-system].requires``.
-The output, ``bless/api/descriptors.binpb``, is a FileDescriptorSet of every
+The output, ``bless/serving/api/descriptors.binpb``, is a FileDescriptorSet of every
 proto under ``protos/``; it is git-ignored and added to the wheel as an
 artifact.  Why a descriptor set and not ``*_pb2.py`` modules: generated
 modules register their files in protobuf's *default* descriptor pool, where
 our copy of package ``inference`` would collide with tritonclient's (or any
-other OIP client's) in the same process; :mod:`bless.api` loads the set into
+other OIP client's) in the same process; :mod:`bless.serving.api` loads the set into
 a private pool instead.  A descriptor set also carries no protobuf/grpcio
 version pins, unlike generated code.
 
@@ -25,7 +25,7 @@ except ImportError:  # run by hand without hatchling installed
     BuildHookInterface = object  # type: ignore[misc,assignment]
 
 PROTO_DIR = "protos"
-OUTPUT = "bless/api/descriptors.binpb"
+OUTPUT = "bless/serving/api/descriptors.binpb"
 
 
 def compile_protos(root: Path) -> Path:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from bless.models import App, cross_entropy
+from bless.build.zoo import App, cross_entropy
 
 
 @dataclass(frozen=True)

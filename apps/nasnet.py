@@ -13,7 +13,7 @@ Batch 94: the batch of the ``nasnet`` A100 ground-truth profile, which is an Inc
 import torch
 from torch import nn
 
-from bless.models import App, cross_entropy, images
+from bless.build.zoo import App, cross_entropy, images
 
 
 def relu_conv_bn(cin: int, cout: int) -> nn.Sequential:

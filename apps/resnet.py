@@ -7,7 +7,7 @@ Batches 16 and 23: those of the A100 ground-truth profiles (profiles/README.md).
 import torch
 from torch import nn
 
-from bless.models import App, cross_entropy, images
+from bless.build.zoo import App, cross_entropy, images
 
 
 class Bottleneck(nn.Module):

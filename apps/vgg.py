@@ -7,7 +7,7 @@ batch whose whole-GPU latency is closest to BLESS's Table 1, 10.2 ms).
 import torch
 from torch import nn
 
-from bless.models import App, cross_entropy, images
+from bless.build.zoo import App, cross_entropy, images
 
 CONFIG_A = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 

@@ -8,7 +8,7 @@ and per-kernel noise included) and compares each with its estimate:
 * ``split`` -- each of the 17 strict splits of the 18 partitions (every squad
   kernel in its request's restricted context);
 * ``semi_sp`` -- Semi-SP at the determiner's split and each of its split
-  ratios below 1 (:data:`bless.determiner.RATIO_CHOICES`): the first share of
+  ratios below 1 (:data:`bless.core.determiner.RATIO_CHOICES`): the first share of
   each request's squad kernels restricted, the rest unrestricted, launched as
   ``BlessPolicy`` launches them;
 * ``seq`` -- one request after the other, each alone on the whole GPU (one
@@ -42,14 +42,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bless.catalog import load_app
-from bless.determiner import RATIO_CHOICES, Determiner, SquadConfig, all_splits
-from bless.gpu import N_LEVELS, GpuSpec, get_gpu
-from bless.manager import KernelManager
-from bless.policy import Decision, LaunchPlan
-from bless.requests import AppState, Request
+from bless.core.determiner import RATIO_CHOICES, Determiner, SquadConfig, all_splits
+from bless.core.lifecycle import AppState, Request
+from bless.core.manager import KernelManager
+from bless.core.policy import Decision, LaunchPlan
+from bless.core.scheduler import Squad, build_squad
+from bless.hw.gpus import N_LEVELS, GpuSpec, get_gpu
 from bless.policies.bless import semi_sp_plans
-from bless.scheduler import Squad, build_squad
+from bless.profiles.catalog import load_app
 from bless.sim.backend import SimBackend
 
 INFERENCE_APPS = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")

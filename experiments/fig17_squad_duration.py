@@ -27,14 +27,17 @@ import time
 from pathlib import Path
 
 import numpy as np
-from estimator_accuracy import decisions, measure  # the same launches and timing as the estimator check
+from estimator_accuracy import (  # the same launches and timing as the estimator check
+    decisions,
+    measure,
+)
 
-from bless.catalog import load_app
-from bless.determiner import Determiner
-from bless.gpu import get_gpu
-from bless.manager import KernelManager
-from bless.requests import AppState, Request
-from bless.scheduler import Squad, build_squad
+from bless.core.determiner import Determiner
+from bless.core.lifecycle import AppState, Request
+from bless.core.manager import KernelManager
+from bless.core.scheduler import Squad, build_squad
+from bless.hw.gpus import get_gpu
+from bless.profiles.catalog import load_app
 from bless.sim.backend import SimBackend
 
 APPS = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")

@@ -33,8 +33,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from bless.config import config_from_dict
-from bless.run import run_config
+from bless.harness.config import config_from_dict
+from bless.harness.run import run_config
 
 APPS = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
 SHOWN_CYCLES = 6

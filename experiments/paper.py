@@ -182,10 +182,10 @@ def lines(rows: list[dict], x_key: str, metric: str, series: Callable[[dict], st
 # ------------------------------------------------------------------ lower bound
 BOUND_NOTE = (
     "Each policy's mean latency (mean over the apps) over the lower bound on it that no scheduler beats "
-    "(bless/bound.py) for the cell's run config. ISO and MIG draw each app's arrivals with seed + i, not from the "
+    "(bless/harness/bound.py) for the cell's run config. ISO and MIG draw each app's arrivals with seed + i, not from the "
     "run's seed, so every policy of a cell is held to the bound of the cell's BLESS config. The bound leaves out "
     "kernel noise (noise: 0.02 in these sweeps) and holds for closed loops in the long run only, so a ratio may dip "
-    "slightly below 1 (bless/bound.py says by how much)."
+    "slightly below 1 (bless/harness/bound.py says by how much)."
 )
 BOUND_EXPERIMENTS = ("fig13", "fig13_exp", "fig14", "fig15_4apps", "fig15_8apps", "fig16", "workload_d", "slo")
 """The inference experiments whose mean latency / lower bound the headline averages.  The isolation
@@ -198,8 +198,8 @@ _BOUNDS_MS: dict[str, float] = {}
 
 def bound_ms(raw: dict) -> float:
     """Bound (ms) on the mean over apps of the apps' mean latencies for run config ``raw`` run by BLESS."""
-    from bless.bound import bound_for_config
-    from bless.config import config_from_dict
+    from bless.harness.bound import bound_for_config
+    from bless.harness.config import config_from_dict
 
     cfg = {**raw, "policy": "bless"}
     key = json.dumps(cfg, sort_keys=True, default=str)
@@ -214,7 +214,7 @@ def attach_bound_ratios(name: str, rows: list[dict]) -> None:
     Each row's run config is rebuilt from ``<name>.yaml`` as ``bless sweep``
     built it: the run whose swept values have the row's labels.
     """
-    from bless.sweep import label, load_sweep
+    from bless.harness.sweep import label, load_sweep
 
     sweep = load_sweep(HERE / f"{name}.yaml")
     configs = {tuple(label(values[k]) for k in sweep.keys): raw for values, raw in sweep.runs()}
@@ -268,7 +268,7 @@ def report_fig13(name: str = "fig13") -> str:
     rows = rows_of(name)
     pols = policies_in(rows)
     key = lambda r: f"{r['apps.0.app']} {r['apps.*.load']}"
-    out = [f"Mean latency (ms), pair of identical apps at 50/50, per workload:\n", pivot(rows, key, "mean_latency_ms", pols),
+    out = ["Mean latency (ms), pair of identical apps at 50/50, per workload:\n", pivot(rows, key, "mean_latency_ms", pols),
            "\nLatency deviation (ms, sum over the two apps of max(0, mean - ISO)):\n",
            pivot(rows, key, "latency_deviation_ms", pols, 2),
            "\nBLESS's mean latency reduction over each policy (mean over the pair x workload cells):\n",
@@ -520,7 +520,8 @@ EXPERIMENTS: dict[str, Callable[[], str]] = {
 
 
 def run_sweep(name: str, jobs: int | None) -> float:
-    from bless.sweep import load_sweep, run_sweep as run
+    from bless.harness.sweep import load_sweep
+    from bless.harness.sweep import run_sweep as run
 
     t0 = time.perf_counter()
     result = run(load_sweep(HERE / f"{name}.yaml"), RESULTS / name, jobs)

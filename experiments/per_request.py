@@ -19,9 +19,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from bless.catalog import load_app
-from bless.config import config_from_dict
-from bless.run import run_config
+from bless.harness.config import config_from_dict
+from bless.harness.run import run_config
+from bless.profiles.catalog import load_app
 
 APPS = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
 POLICIES = ("bless", "gslice", "unbound")

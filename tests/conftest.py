@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bless.profile import Profile
+from bless.profiles.format import Profile
+from bless.profiles.synthetic import synthetic_profile
 from bless.sim.backend import SimBackend
-from bless.synthetic import synthetic_profile
 
 
 class RecordingBackend(SimBackend):

@@ -8,11 +8,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from bless.api import OIP_SERVICE, methods
-from bless.client import BlessClient
-from bless.client.client import infer_request, sample_inputs
-from bless.server import BlessServer, ServerConfig
-from bless.synthetic import synthetic_profile
+from bless.profiles.synthetic import synthetic_profile
+from bless.serving.api import OIP_SERVICE, methods
+from bless.serving.client import BlessClient
+from bless.serving.client.client import infer_request, sample_inputs
+from bless.serving.server import BlessServer, ServerConfig
 
 PROFILES = {
     # name: (kernels, mean kernel us, seed)

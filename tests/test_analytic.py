@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bless import analytic
-from bless.config import config_from_dict
-from bless.data import shared_data_dir
-from bless.gpu import A100, H100
-from bless.plan import load_plan
-from bless.predicted import predict_profile
-from bless.profile import profile_from_dict
-from bless.run import run_config
+from bless.build.plan import load_plan
+from bless.build.predicted import predict_profile
+from bless.harness.config import config_from_dict
+from bless.harness.run import run_config
+from bless.hw.gpus import A100, H100
+from bless.profiles.format import profile_from_dict
+from bless.profiles.predict import analytic
+from bless.shared_data import shared_data_dir
 
 
 def kernel(blocks, threads=256, flops=0.0, dram=0.0, registers=32, shared=0, name="fused_conv2d_kernel",
@@ -184,7 +184,7 @@ needs_data = pytest.mark.skipif(
 @needs_data
 @pytest.mark.parametrize("gpu", [A100, H100])
 def test_large_linear_layers_are_predicted_within_25_percent_median(gpu):
-    from bless.analytic_calibration import neusight_ops
+    from bless.profiles.predict.calibration import neusight_ops
 
     ops = [s for s in neusight_ops(gpu.name) if s.op == "linear" and s.seconds >= 50e-6][1::2]
     err = [analytic.duration(s.work, gpu, gpu.sm_count) / s.seconds - 1 for s in ops]
@@ -195,7 +195,7 @@ def test_large_linear_layers_are_predicted_within_25_percent_median(gpu):
 # ------------------------------------------------------------------ a user's model, end to end
 USER_MODEL = """
 import torch
-from bless.models import App
+from bless.build.zoo import App
 
 class Mlp(torch.nn.Module):
     def __init__(self):
@@ -214,7 +214,7 @@ def test_bless_profile_builds_and_predicts_a_users_model(tmp_path, monkeypatch):
     import shutil
 
     from bless.cli import main
-    from bless.profile import load_profile
+    from bless.profiles.format import load_profile
 
     pytest.importorskip("torch")
     pytest.importorskip("tvm")

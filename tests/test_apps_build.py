@@ -1,4 +1,4 @@
-"""Building apps into PTX and launch plans (bless.compiler, bless apps), end to end on a tiny user model."""
+"""Building apps into PTX and launch plans (bless.build.compiler, bless apps), end to end on a tiny user model."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from bless.compiler.builder import ptx_static_shared
-from bless.compiler.ptxas import parse_verbose
-from bless.plan import load_plan
+from bless.build.compiler.builder import ptx_static_shared
+from bless.build.compiler.ptxas import parse_verbose
+from bless.build.plan import load_plan
 
 TINY_APP = textwrap.dedent(
     """
     import torch
     from torch import nn
-    from bless.models import App
+    from bless.build.zoo import App
 
     class Tiny(nn.Module):
         def __init__(self):
@@ -50,8 +50,8 @@ def tiny_app(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_build(tiny_app):
-    from bless.compiler import build_app
-    from bless.models import find
+    from bless.build.compiler import build_app
+    from bless.build.zoo import find
 
     (app,) = find(str(tiny_app))
     return app, build_app(app, "h100")
@@ -91,7 +91,7 @@ def test_every_kernel_is_in_the_ptx_with_registers_when_ptxas_exists(tiny_build)
 
 
 def test_plan_round_trips_and_the_cache_is_reused(tiny_build):
-    from bless.compiler import build_app
+    from bless.build.compiler import build_app
 
     app, result = tiny_build
     again = load_plan(result.plan.path)
@@ -102,8 +102,8 @@ def test_plan_round_trips_and_the_cache_is_reused(tiny_build):
 
 
 def test_a100_build_targets_sm_80(tiny_app, tmp_path):
-    from bless.compiler import build_app
-    from bless.models import find
+    from bless.build.compiler import build_app
+    from bless.build.zoo import find
 
     (app,) = find(str(tiny_app))
     result = build_app(app, "a100", out=tmp_path / "out")
@@ -130,7 +130,7 @@ def test_cli_errors_name_the_field(tiny_app, capsys):
 
 
 def test_an_app_file_without_apps_is_rejected(tmp_path):
-    from bless.models import find
+    from bless.build.zoo import find
 
     bad = tmp_path / "empty.py"
     bad.write_text("x = 1\n")
@@ -174,8 +174,8 @@ def test_resnet50_builds_for_h100(tmp_path, monkeypatch):
     pytest.importorskip("tvm")
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc (CUDA toolkit) is not on PATH")
-    from bless.compiler import build_app
-    from bless.models import find
+    from bless.build.compiler import build_app
+    from bless.build.zoo import find
 
     monkeypatch.setenv("BLESS_CACHE", str(tmp_path))
     (app,) = find("resnet50")

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from bless.backend import BackendError
-from bless.plan import PlanError, check_matches, load_plan
+from bless.backend.interface import BackendError
+from bless.build.plan import PlanError, check_matches, load_plan
 
 TINY_APP = textwrap.dedent(
     """
     import torch
     from torch import nn
-    from bless.models import App
+    from bless.build.zoo import App
 
     class Tiny(nn.Module):
         def __init__(self):
@@ -34,8 +34,8 @@ TINY_APP = textwrap.dedent(
 @pytest.fixture(scope="module")
 def train_build(tmp_path_factory):
     pytest.importorskip("torch")
-    from bless.compiler import build_app
-    from bless.models import find
+    from bless.build.compiler import build_app
+    from bless.build.zoo import find
 
     root = tmp_path_factory.mktemp("train")
     path = root / "tiny_model.py"
@@ -85,7 +85,7 @@ def test_training_plan_counts_flops_and_bytes(train_build):
 
 def test_training_plan_loads_back_and_is_cached(train_build):
     app, result = train_build
-    from bless.compiler import build_app
+    from bless.build.compiler import build_app
 
     again = load_plan(result.plan.path)
     assert again == result.plan and again.images == ()
@@ -95,7 +95,7 @@ def test_training_plan_loads_back_and_is_cached(train_build):
 
 
 def test_descriptor_only_plan_predicts_but_the_cuda_backend_refuses_it(train_build):
-    from bless.predicted import predict_profile
+    from bless.build.predicted import predict_profile
 
     plan = train_build[1].plan
     profile = predict_profile(plan)
@@ -128,7 +128,7 @@ def test_cli_says_the_plan_is_descriptor_only(train_build, capsys):
 
 def test_eager_forward_trace_is_the_inference_part_at_the_asked_batch(train_build):
     """An inference pass traced op by op: the forward ops of training, in eval mode, sized for the batch."""
-    from bless.compiler.train_trace import descriptor_launches, trace_forward
+    from bless.build.compiler.train_trace import descriptor_launches, trace_forward
 
     app, _ = train_build
     ops = trace_forward(app, batch=2, seed=0)
@@ -144,7 +144,7 @@ def test_eager_forward_trace_is_the_inference_part_at_the_asked_batch(train_buil
 
 def test_cli_profiles_a_training_iteration(train_build, tmp_path, capsys):
     from bless.cli import main
-    from bless.profile import load_profile
+    from bless.profiles.format import load_profile
 
     app, result = train_build
     assert main(["profile", str(app.source), "--train", "--gpu", "h100", "--repeats", "1", "--out", str(tmp_path)]) == 0

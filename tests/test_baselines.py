@@ -4,31 +4,36 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from conftest import RecordingBackend
 
-from bless.config import config_from_dict
-from bless.gpu import A100
+from bless.core.lifecycle import AppState
+from bless.core.policy import POLICIES
+from bless.harness.config import config_from_dict
+from bless.harness.loads import ClosedLoop, Poisson
+from bless.harness.replay import Replay
+from bless.harness.run import run_config
+from bless.hw.gpus import A100
 from bless.policies.gslice import GslicePolicy
 from bless.policies.iso import IsoPolicy
-from bless.policies.mig import MigPolicy, MigUnsupported, mig_profile, mig_slice_gpu, place
+from bless.policies.mig import (
+    MigPolicy,
+    MigUnsupported,
+    mig_profile,
+    mig_slice_gpu,
+    place,
+)
 from bless.policies.reef import ReefPolicy
 from bless.policies.temporal import TemporalPolicy
 from bless.policies.zico import ZicoPolicy, forward_share
-from bless.policy import POLICIES
-from bless.requests import AppState
-from bless.run import run_config
-from bless.runtime import Runtime
+from bless.profiles.synthetic import synthetic_profile
 from bless.sim.engine import Engine
 from bless.sim.kernels import SimKernel
-from bless.synthetic import synthetic_profile
-from bless.workload import ClosedLoop, Poisson
-
-from conftest import RecordingBackend
 
 
 def simulate(policy, profiles, loads, quotas, duration=0.2, seed=0, **backend_kw):
     backend = RecordingBackend("a100", seed=seed, **backend_kw)
     apps = [AppState(i, f"{p.app}{i}", p, q) for i, (p, q) in enumerate(zip(profiles, quotas))]
-    result = Runtime(backend, policy, apps, loads, duration=duration, warmup=0.0, seed=seed).run()
+    result = Replay(backend, policy, apps, loads, duration=duration, warmup=0.0, seed=seed).run()
     return backend, result
 
 
@@ -175,7 +180,7 @@ def test_reef_runs_the_realtime_app_unrestricted_and_best_effort_in_the_rest():
 
 
 def test_zico_staggers_forward_passes_and_rejects_inference_apps():
-    from bless.catalog import load_app
+    from bless.profiles.catalog import load_app
 
     a, b = load_app("resnet50_train", "a100"), load_app("vgg11_train", "a100")
     assert 0.2 < forward_share(AppState(0, "a", a, 0.5)) < 0.6

@@ -1,9 +1,10 @@
-"""The latency lower bound (bless/bound.py): no policy beats it, it is tight for a lone app, bad input is named."""
+"""The latency lower bound (bless/harness/bound.py): no policy beats it, it is tight for a lone app, bad input is named."""
 
 import numpy as np
 import pytest
 
-from bless.bound import (
+from bless.cli import main
+from bless.harness.bound import (
     BoundError,
     bound_for_config,
     closed_latencies,
@@ -12,10 +13,9 @@ from bless.bound import (
     mean_busy_time_bound,
     request_demand,
 )
-from bless.catalog import load_app
-from bless.cli import main
-from bless.config import ConfigError, config_from_dict
-from bless.run import run_config
+from bless.harness.config import ConfigError, config_from_dict
+from bless.harness.run import run_config
+from bless.profiles.catalog import load_app
 
 POLICIES = ("bless", "unbound", "gslice", "iso", "temporal")
 CONFIGS = {

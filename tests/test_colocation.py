@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from bless.admission.colocation import ColocationGate, feature_table, rank
-from bless.admission.kace import KaceModel, pair_matrix
-from bless.admission.kace_generate import generate, synthetic_apps
-from bless.config import ConfigError, config_from_dict
-from bless.requests import AppState
-from bless.run import run_config
-from bless.server.admission import AdmissionLimits, AppDemand, admit
+from bless.colocation.advisor import ColocationGate, feature_table, rank
+from bless.colocation.kace import KaceModel, pair_matrix
+from bless.colocation.kace_generate import generate, synthetic_apps
+from bless.core.lifecycle import AppState
+from bless.harness.config import ConfigError, config_from_dict
+from bless.harness.run import run_config
+from bless.serving.server.admission import AdmissionLimits, AppDemand, admit
 
 
 @pytest.fixture(scope="module")

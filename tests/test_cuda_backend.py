@@ -15,10 +15,10 @@ import pytest
 pytest.importorskip("cuda.bindings.driver", reason="cuda-python is not installed (pip install '.[cuda]')")
 from cuda_fake import FakeDevice, FakeDriver, timing_from, write_app  # noqa: E402
 
-from bless.backend import BackendError
+from bless.backend.interface import BackendError
+from bless.build.profiler import profile_app
 from bless.cuda.backend import CudaBackend
-from bless.profiler import profile_app
-from bless.synthetic import synthetic_profile
+from bless.profiles.synthetic import synthetic_profile
 
 
 @pytest.fixture
@@ -286,15 +286,15 @@ def test_profiler_measures_every_level_through_green_contexts(fake, apps):
 
 
 def test_runtime_runs_two_apps_under_bless(fake, apps):
+    from bless.core.lifecycle import AppState
+    from bless.harness.loads import parse_load
+    from bless.harness.replay import Replay
     from bless.policies.bless import BlessPolicy
-    from bless.requests import AppState
-    from bless.runtime import Runtime
-    from bless.workload import parse_load
 
     b = backend(fake)
     states = [AppState(0, "a", apps[0], 0.5), AppState(1, "b", apps[1], 0.5)]
     loads = [parse_load("A", "a"), parse_load("A", "b")]
-    result = Runtime(b, BlessPolicy(mechanism="green"), states, loads, duration=0.05, seed=0).run()
+    result = Replay(b, BlessPolicy(mechanism="green"), states, loads, duration=0.05, seed=0).run()
     assert all(a.completed > 0 for a in result.apps)
     assert all(math.isfinite(a.mean) and a.mean > 0 for a in result.apps)
     b.close()

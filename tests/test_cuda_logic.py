@@ -8,16 +8,16 @@ import json
 import numpy as np
 import pytest
 
-from bless.backend import BACKENDS, BackendError
+from bless.backend.interface import BACKENDS, BackendError
+from bless.build.plan import Arg, Buffer, PlanError, find_plan, load_plan
 from bless.cuda import mps
 from bless.cuda.contexts import choose_mechanism, select_groups
 from bless.cuda.driver import CudaError, Driver, error_name, explain
 from bless.cuda.kernels import initial_contents, pack_args
 from bless.cuda.memory import BUFFER_ALIGN, layout
-from bless.plan import Arg, Buffer, PlanError, find_plan, load_plan
 from bless.cuda.timeline import estimate_start
-from bless.gpu import H100
-from bless.synthetic import synthetic_profile
+from bless.hw.gpus import H100
+from bless.profiles.synthetic import synthetic_profile
 
 
 # ------------------------------------------------------------------ green-context groups

@@ -4,9 +4,9 @@ newcomers served within a window, and the paper's lockstep broken."""
 import numpy as np
 import pytest
 
-from bless.config import config_from_dict
+from bless.harness.config import config_from_dict
+from bless.harness.run import run_config
 from bless.policies.bless import WINDOW, BlessPolicy, parse_pacing
-from bless.run import run_config
 
 
 def pair(neighbour_load, policy="bless", duration=1.5, apps=("resnet50", "bert"), warmup=0.3):

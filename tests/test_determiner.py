@@ -9,16 +9,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bless.catalog import load_app
-from bless.determiner import RATIO_CHOICES, Determiner, SquadConfig, _greedy_split, all_splits
-from bless.gpu import A100, H100
-from bless.manager import KernelManager
-from bless.requests import AppState, Request
-from bless.scheduler import Squad, SquadEntry, build_squad
+from bless.core.determiner import (
+    RATIO_CHOICES,
+    Determiner,
+    SquadConfig,
+    _greedy_split,
+    all_splits,
+)
+from bless.core.lifecycle import AppState, Request
+from bless.core.manager import KernelManager
+from bless.core.scheduler import Squad, SquadEntry, build_squad
+from bless.hw.gpus import A100, H100
+from bless.profiles.catalog import load_app
+from bless.profiles.synthetic import synthetic_profile
 from bless.sim.backend import SimBackend
-from bless.synthetic import synthetic_profile
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 8])

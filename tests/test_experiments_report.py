@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bless.bound import bound_for_config
-from bless.config import config_from_dict
-from bless.sweep import load_sweep, run_sweep
+from bless.harness.bound import bound_for_config
+from bless.harness.config import config_from_dict
+from bless.harness.sweep import load_sweep, run_sweep
 
 PAPER = Path(__file__).resolve().parents[1] / "experiments" / "paper.py"
 SWEEP = {

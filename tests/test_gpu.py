@@ -1,6 +1,6 @@
 import pytest
 
-from bless.gpu import A100, H100, N_LEVELS, get_gpu
+from bless.hw.gpus import A100, H100, N_LEVELS, get_gpu
 
 
 def test_a100_levels_are_exact_sixths():

@@ -1,4 +1,4 @@
-"""Per-GPU constants as data (bless/gpudata): every value has its provenance, and the code reads them there."""
+"""Per-GPU constants as data (bless/hw): every value has its provenance, and the code reads them there."""
 
 from __future__ import annotations
 
@@ -7,12 +7,19 @@ import tomllib
 
 import pytest
 
-from bless.backend import HostCosts
-from bless.gpu import GPUS, get_gpu
-from bless.gpudata import SECTIONS, UNITS, GpuDataError, data_files, gpu_constants, load
+from bless.backend.interface import HostCosts
+from bless.core.lifecycle import AppState
+from bless.hw.costs import (
+    SECTIONS,
+    UNITS,
+    GpuDataError,
+    data_files,
+    gpu_constants,
+    load,
+)
+from bless.hw.gpus import GPUS, get_gpu
 from bless.policies.gslice import GslicePolicy, GsliceThresholds
-from bless.requests import AppState
-from bless.synthetic import synthetic_profile
+from bless.profiles.synthetic import synthetic_profile
 
 
 def file_text(gpu: str) -> str:

@@ -6,13 +6,12 @@ import statistics
 
 import pytest
 
-from bless.backend import HostCosts
-from bless.data import shared_data_dir
-from bless.gpudata import gpu_constants
-from bless.groundtruth import corun
+from bless.backend.interface import HostCosts
+from bless.hw.costs import InterferenceModel, gpu_constants
+from bless.sim import corun
+from bless.profiles.synthetic import synthetic_profile
+from bless.shared_data import shared_data_dir
 from bless.sim.backend import SimBackend
-from bless.gpudata import InterferenceModel
-from bless.synthetic import synthetic_profile
 
 PAIRS_DIR = shared_data_dir() / "colocation" / "a100_mps_pairs"
 needs_pairs = pytest.mark.skipif(not (PAIRS_DIR / "corun_resnet50.csv").exists(),

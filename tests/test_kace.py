@@ -8,8 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from bless.admission import kace_data, kace_policies as pol
-from bless.admission.kace import (
+from bless.cli import main
+from bless.colocation import kace_data
+from bless.colocation import kace_policies as pol
+from bless.colocation.kace import (
     ForestModel,
     KaceModel,
     ModelError,
@@ -17,12 +19,11 @@ from bless.admission.kace import (
     app_features,
     pair_matrix,
 )
-from bless.admission.kace_data import DataError, FeatureTable
-from bless.admission.kace_eval import EvalConfig, evaluate
-from bless.admission.kace_generate import closed_loop, generate, synthetic_apps, write
-from bless.cli import main
-from bless.gpu import GIB, get_gpu
-from bless.synthetic import synthetic_profile
+from bless.colocation.kace_data import DataError, FeatureTable
+from bless.colocation.kace_eval import EvalConfig, evaluate
+from bless.colocation.kace_generate import closed_loop, generate, synthetic_apps, write
+from bless.hw.gpus import GIB, get_gpu
+from bless.profiles.synthetic import synthetic_profile
 
 
 # ------------------------------------------------------------------ policies

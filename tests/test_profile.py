@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from bless.profile import ProfileError, load_profile, profile_from_dict
-from bless.synthetic import synthetic_profile
+from bless.profiles.format import ProfileError, load_profile, profile_from_dict
+from bless.profiles.synthetic import synthetic_profile
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bless.backend import HostCosts
-from bless.gpu import A100
-from bless.groundtruth.names import short_name
-from bless.groundtruth.ops import align, operators
-from bless.profile import load_profile
-from bless.scaling import KernelTraits, fit_curve, predict
+from bless.backend.interface import HostCosts
+from bless.hw.gpus import A100
+from bless.profiles.format import load_profile
+from bless.profiles.groundtruth.names import short_name
+from bless.profiles.groundtruth.ops import align, operators
+from bless.profiles.groundtruth.scaling import KernelTraits, fit_curve, predict
 
 PROFILES = Path(__file__).resolve().parent.parent / "profiles" / "a100"
 APPS = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
@@ -23,7 +23,7 @@ PAPER_MS = {"vgg11": 10.2, "resnet50": 8.7, "resnet101": 17.2, "nasnet": 32.7, "
 
 
 def _shared_data_or_skip():
-    from bless.data import shared_data_dir
+    from bless.shared_data import shared_data_dir
 
     if not (shared_data_dir() / "calibration" / "a100_mps_kernels").is_dir():
         pytest.skip(f"shared calibration data not found under {shared_data_dir()} (set BLESS_SHARED_DATA)")
@@ -80,7 +80,7 @@ def test_max_sm_share_is_occupancy_and_the_curve_is_not_flattened_at_it(profiles
 
 
 def test_t_is_the_kernel_sum_plus_one_launch(profiles):
-    # The launch the simulator charges (bless/gpudata/a100.toml): a lone request's T there.
+    # The launch the simulator charges (bless/hw/a100.toml): a lone request's T there.
     launch = HostCosts.for_gpu(A100).launch
     for name, p in profiles.items():
         np.testing.assert_allclose(p.T, p.t.sum(axis=1) + launch, rtol=1e-6, err_msg=name)
@@ -124,7 +124,7 @@ def test_fit_curve_keeps_a_small_grids_slowdown_above_its_block_count():
     assert curve.t[-1] == pytest.approx(24.6)
     assert curve.max_sm_share == pytest.approx(64 / 108), "occupancy: it never holds more SMs than blocks"
     # The simulator reads the same curve at the SMs available to the kernel.
-    from bless.curves import at_sms
+    from bless.profiles.curves import at_sms
 
     assert at_sms(np.array(sms), curve.t, 66) == pytest.approx(38.8)
     # 88 SMs lies between the 84 and 90 SM levels: read there it is within 3 % of the point.
@@ -175,8 +175,8 @@ def test_operator_alignment_lumps_differing_conv_algorithms():
 # ------------------------------------------------------------------ against the measurements
 def test_scaling_model_whole_pass_error_under_10_percent_on_the_measurements():
     _shared_data_or_skip()
-    from bless.groundtruth import calibrate
-    from bless.scaling import FITTED
+    from bless.profiles.groundtruth import calibrate
+    from bless.profiles.groundtruth.scaling import FITTED
 
     passes = calibrate.fit_passes()
     errors = calibrate.whole_model_errors(passes, FITTED, calibrate.loo_twin_ratios(passes, calibrate.FIT_MODELS))
@@ -189,8 +189,8 @@ def test_small_grid_kernel_keeps_its_measured_slowdown_in_the_assembled_curve():
     (MPS 60 %) than at 108 keep that slowdown in the assembled curve, and the whole pass at 66 SMs
     matches its measured total (it was 6.2 % short while assembly flattened curves at the block count)."""
     _shared_data_or_skip()
-    from bless.groundtruth import lomo
-    from bless.groundtruth.passes import from_mps
+    from bless.profiles.groundtruth import lomo
+    from bless.profiles.groundtruth.passes import from_mps
 
     pd = from_mps("resnet50", 1)
     sms = list(A100.level_sms())
@@ -211,8 +211,8 @@ def test_held_out_resnets_at_batch_1_through_the_assembly():
     """ResNet-50 and ResNet-152 batch 1 from their full-GPU column + twins of the other models only,
     assembled as profiles are: within 3 % at every MPS level (66 SMs was -6.4 % / -9.3 % before)."""
     _shared_data_or_skip()
-    from bless.groundtruth import lomo
-    from bless.groundtruth.calibrate import FIT_MODELS, twin_library
+    from bless.profiles.groundtruth import lomo
+    from bless.profiles.groundtruth.calibrate import FIT_MODELS, twin_library
 
     for held in ("resnet50", "resnet152"):
         twins = twin_library([m for m in FIT_MODELS if m != held])
@@ -223,7 +223,7 @@ def test_held_out_resnets_at_batch_1_through_the_assembly():
 
 def test_shipped_resnet50_is_what_the_builder_makes_today():
     _shared_data_or_skip()
-    from bless.groundtruth import apps
+    from bless.profiles.groundtruth import apps
 
     built, _ = apps.build_inference("resnet50")
     shipped = json.loads((PROFILES / "resnet50.json").read_text())

@@ -2,8 +2,8 @@
 
 import pytest
 
-from bless.requests import AppState, Request, RequestState
-from bless.synthetic import synthetic_profile
+from bless.core.lifecycle import AppState, Request, RequestState
+from bless.profiles.synthetic import synthetic_profile
 
 
 @pytest.fixture

@@ -2,9 +2,9 @@
 
 import pytest
 
-from bless.requests import AppState, Request
-from bless.scheduler import build_squad
-from bless.synthetic import synthetic_profile
+from bless.core.lifecycle import AppState, Request
+from bless.core.scheduler import build_squad
+from bless.profiles.synthetic import synthetic_profile
 
 
 def active(app: AppState, arrival: float = 0.0, rid: int = 1) -> Request:

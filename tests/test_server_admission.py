@@ -2,10 +2,16 @@
 
 import pytest
 
-from bless.gpu import get_gpu
-from bless.requests import AppState
-from bless.server.admission import AdmissionLimits, AppDemand, MemoryBudget, admit, contexts_per_app
-from bless.synthetic import synthetic_profile
+from bless.core.lifecycle import AppState
+from bless.hw.gpus import get_gpu
+from bless.profiles.synthetic import synthetic_profile
+from bless.serving.server.admission import (
+    AdmissionLimits,
+    AppDemand,
+    MemoryBudget,
+    admit,
+    contexts_per_app,
+)
 
 GIB = 2**30
 

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 import tritonclient.grpc.service_pb2 as triton_pb2
-
-from bless.api import oip
-from bless.client import BlessClient
-
 from server_helpers import admin, make_server, profile_dir, server  # noqa: F401  (fixtures)
+
+from bless.serving.api import oip
+from bless.serving.client import BlessClient
 
 
 def triton_input(batch=2, dtype=np.float32, shape=None, name="INPUT", datatype="FP32", value=1.0):

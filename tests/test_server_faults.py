@@ -5,10 +5,16 @@ import threading
 
 import grpc
 import pytest
+from server_helpers import (  # noqa: F401  (fixtures)
+    code_of,
+    infer_future,
+    make_server,
+    profile_dir,
+    server,
+    wait_for,
+)
 
-from bless.client import BlessClient
-
-from server_helpers import code_of, infer_future, make_server, profile_dir, server, wait_for  # noqa: F401  (fixtures)
+from bless.serving.client import BlessClient
 
 
 def counts(client, app):
@@ -97,8 +103,8 @@ def test_graceful_shutdown_answers_every_request(make_server):
 
 
 def test_a_burst_replayed_at_once_gets_an_answer_for_every_request(make_server):
-    from bless.client import AppLoad, replay
-    from bless.workload import Arrivals
+    from bless.harness.loads import Arrivals
+    from bless.serving.client import AppLoad, replay
 
     server = make_server(max_queue=50)
     with BlessClient(server.address, token=server.token) as c:

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 
-from bless.client import AppLoad, BlessClient, replay
-from bless.config import config_from_dict
-from bless.run import run_config
-from bless.server.server import state_token
-from bless.synthetic import synthetic_profile
-from bless.workload import parse_load
+from bless.harness.config import config_from_dict
+from bless.harness.loads import parse_load
+from bless.harness.run import run_config
+from bless.profiles.synthetic import synthetic_profile
+from bless.serving.client import AppLoad, BlessClient, replay
+from bless.serving.server.server import state_token
 
 
 class ServeProcess:

@@ -4,10 +4,10 @@ import sqlite3
 
 import pytest
 
-from bless.server.spec import AppSpec
-from bless.server.store import FILENAME, StateStore
-from bless.server.tensors import TensorSpec
-from bless.synthetic import synthetic_profile
+from bless.profiles.synthetic import synthetic_profile
+from bless.serving.server.spec import AppSpec
+from bless.serving.server.store import FILENAME, StateStore
+from bless.serving.server.tensors import TensorSpec
 
 
 def spec(name, quota=0.5):

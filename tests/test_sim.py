@@ -6,10 +6,10 @@ import time
 import numpy as np
 import pytest
 
-from bless.backend import HostCosts
-from bless.profiler import profile_app
+from bless.backend.interface import HostCosts
+from bless.build.profiler import profile_app
+from bless.profiles.synthetic import synthetic_profile
 from bless.sim.backend import SimBackend
-from bless.synthetic import synthetic_profile
 
 NO_HOST = HostCosts(launch=0.0, sync=0.0, context_switch=0.0, event=0.0)
 A100_HOST = HostCosts.for_gpu("a100")
@@ -123,7 +123,7 @@ def test_noise_is_seeded_and_off_by_default(app_a):
 
 
 def test_memory_is_accounted_and_exhaustion_is_an_error():
-    from bless.backend import BackendError
+    from bless.backend.interface import BackendError
 
     big = synthetic_profile("big", n_kernels=2, memory_bytes=30 * 2**30)
     be = SimBackend("a100")

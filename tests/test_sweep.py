@@ -5,8 +5,15 @@ import csv
 import pytest
 import yaml
 
-from bless.config import ConfigError
-from bless.sweep import WALL_COLUMNS, label, load_sweep, parse_sweep, run_sweep, set_path
+from bless.harness.config import ConfigError
+from bless.harness.sweep import (
+    WALL_COLUMNS,
+    label,
+    load_sweep,
+    parse_sweep,
+    run_sweep,
+    set_path,
+)
 
 BASE = {
     "duration": 0.15,

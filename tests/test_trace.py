@@ -12,19 +12,18 @@ from collections import defaultdict
 
 import pytest
 import yaml
+from conftest import RecordingBackend
 
+from bless.backend.trace_events import KernelRecord, Placement, SquadRecord, Trace
 from bless.cli import main
-from bless.config import config_from_dict
+from bless.core.lifecycle import AppState
+from bless.harness.config import config_from_dict
+from bless.harness.loads import parse_load
+from bless.harness.replay import Replay
+from bless.harness.run import run_config, trace_recorder
 from bless.policies.bless import BlessPolicy
 from bless.policies.unbound import UnboundPolicy
-from bless.requests import AppState
-from bless.run import run_config, trace_recorder
-from bless.runtime import Runtime
-from bless.synthetic import synthetic_profile
-from bless.trace_events import KernelRecord, Placement, SquadRecord, Trace
-from bless.workload import parse_load
-
-from conftest import RecordingBackend
+from bless.profiles.synthetic import synthetic_profile
 
 CONFIG = {
     "name": "trace-test", "gpu": "a100", "duration": 0.03, "warmup": 0.0, "seed": 0, "noise": 0.02,
@@ -64,7 +63,7 @@ def traced_run(policy, n_apps: int = 2, duration: float = 0.03):
     profiles = [synthetic_profile(f"p{i}", n_kernels=60 + 20 * i, mean_us=25, seed=i) for i in range(n_apps)]
     apps = [AppState(i, p.app, p, 1 / n_apps) for i, p in enumerate(profiles)]
     loads = [parse_load("B", p.app) for p in profiles]
-    result = Runtime(backend, policy, apps, loads, duration=duration, seed=0, trace=trace_recorder(backend)).run()
+    result = Replay(backend, policy, apps, loads, duration=duration, seed=0, trace=trace_recorder(backend)).run()
     return backend, result, check_valid(json.loads(json.dumps(result.trace.document())))
 
 
@@ -170,7 +169,7 @@ def test_cuda_launches_write_the_same_format(tmp_path):
     backend = CudaBackend("h100", driver_module=FakeDriver(device))
     apps = [AppState(0, "a", a, 0.5), AppState(1, "b", b, 0.5)]
     loads = [parse_load("A", "a"), parse_load("A", "b")]
-    result = Runtime(
+    result = Replay(
         backend, BlessPolicy(mechanism="green", pacing="paper"), apps, loads, duration=0.05, seed=0, trace=trace_recorder(backend)
     ).run()
     granted = {backend.pool.primary.sm_count, *(c.sm_count for c in backend.pool.contexts)}

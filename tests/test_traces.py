@@ -6,11 +6,19 @@ import tarfile
 import numpy as np
 import pytest
 
-from bless.data import MissingDataError, shared_data_dir
-from bless.traces import (
-    CountTrace, cut_gaps, read_azure2019, read_azure2021, read_azure_llm, read_trace, read_twitter, select, trace_load,
+from bless.harness.loads import Arrivals, parse_load
+from bless.harness.loads.traces import (
+    CountTrace,
+    cut_gaps,
+    read_azure2019,
+    read_azure2021,
+    read_azure_llm,
+    read_trace,
+    read_twitter,
+    select,
+    trace_load,
 )
-from bless.workload import Arrivals, parse_load
+from bless.shared_data import MissingDataError, shared_data_dir
 
 
 def times_of(load, solo=0.01, seed=0):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bless.groundtruth import apps  # noqa: E402
+from bless.profiles.groundtruth import apps  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "profiles" / "a100"
 

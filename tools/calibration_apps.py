@@ -8,7 +8,7 @@ ResNet-152 and VGG-16 at batch 8: built with ``bless apps build tools/calibratio
 import importlib.util
 from pathlib import Path
 
-from bless.models import REPO_APPS, App
+from bless.build.zoo import REPO_APPS, App
 
 
 def _load(name: str):

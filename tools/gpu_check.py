@@ -41,10 +41,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bless.backend import BackendError, HostCosts  # noqa: E402
-from bless.gpu import N_LEVELS  # noqa: E402
-from bless.gpudata import gpu_constants  # noqa: E402
-from bless.profile import KernelDesc, Profile, Provenance  # noqa: E402
+from bless.backend.interface import BackendError, HostCosts  # noqa: E402
+from bless.hw.costs import gpu_constants  # noqa: E402
+from bless.hw.gpus import N_LEVELS  # noqa: E402
+from bless.profiles.format import KernelDesc, Profile, Provenance  # noqa: E402
 
 CHECK_PTX = r"""
 .version 7.0
@@ -161,7 +161,7 @@ def write_check_app(root: Path, gpu: str, sm_count: int) -> Profile:
     }
     (root / "plan.json").write_text(json.dumps(plan))
     names = [launch["kernel"] for launch in plan["launches"]]
-    from bless.gpu import get_gpu
+    from bless.hw.gpus import get_gpu
 
     spec = get_gpu(gpu)
     ones = np.full((N_LEVELS, len(names)), 1e-6)
@@ -323,7 +323,7 @@ def check_latencies(backend, app) -> Check:
         "same_stream_gap_us": us(same_stream), "cross_stream_event_us": us(cross_stream),
         "cross_context_switch_us": us(cross_context), "timed_empty_idle_us": us(statistics.median(idle)),
         "timed_empty_backlogged_us": us(statistics.median(backed)),
-        "host_costs_modelled_us": {  # what the simulator charges (bless/gpudata/<gpu>.toml)
+        "host_costs_modelled_us": {  # what the simulator charges (bless/hw/<gpu>.toml)
             "event": us(host.event), "context_switch": us(host.context_switch),
         },
     }
@@ -404,9 +404,9 @@ def mps_child(gpu: str) -> int:
 
 def check_bless_run(backend_gpu: str, mechanism: str, duration: float) -> Check:
     """ResNet50 + BERT at 50/50 under BLESS on the GPU and on the simulator."""
-    from bless.catalog import load_app
-    from bless.config import config_from_dict
-    from bless.plan import find_plan
+    from bless.build.plan import find_plan
+    from bless.harness.config import config_from_dict
+    from bless.profiles.catalog import load_app
 
     apps = ("resnet50", "bert")
     try:
@@ -414,7 +414,7 @@ def check_bless_run(backend_gpu: str, mechanism: str, duration: float) -> Check:
             find_plan(load_app(name, backend_gpu), backend_gpu)
     except (BackendError, ValueError) as e:
         return Check("two-app BLESS run (GPU vs simulator)", "SKIP", str(e))
-    from bless.run import run_config
+    from bless.harness.run import run_config
 
     results = {}
     for backend in ("cuda", "sim"):

@@ -1,9 +1,9 @@
-"""Fit and validate the analytic kernel model (bless/analytic.py) on real measurements.
+"""Fit and validate the analytic kernel model (bless/profiles/predict/analytic.py) on real measurements.
 
     .venv/bin/python tools/validate_analytic.py           # validation tables (~1 min)
-    .venv/bin/python tools/validate_analytic.py --fit     # refit, print the FITTED block for bless/analytic.py
+    .venv/bin/python tools/validate_analytic.py --fit     # refit, print the FITTED block for bless/profiles/predict/analytic.py
 
-Data (../shared/data/calibration, see bless/analytic_calibration.py):
+Data (../shared/data/calibration, see bless/profiles/predict/calibration.py):
 
 1. NeuSight single ops with shapes, A100 and H100: absolute full-GPU time.
    Fitted on the even rows, errors reported on the odd rows (train/test split).
@@ -28,9 +28,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bless import analytic  # noqa: E402
-from bless import analytic_calibration as cal  # noqa: E402
-from bless.gpu import A100, get_gpu  # noqa: E402
+from bless.hw.gpus import A100, get_gpu  # noqa: E402
+from bless.profiles.predict import analytic  # noqa: E402
+from bless.profiles.predict import calibration as cal  # noqa: E402
 
 SCALING_TRAIN = ("resnet152", "vgg19", "mobilenet", "inception")
 SCALING_TEST = ("resnet50", "vgg16")
@@ -114,7 +114,7 @@ def fit_saturation(samples, params):
 
 def pass_errors(plans: dict, params, gpu=A100) -> np.ndarray:
     """Relative error of the predicted (tf32) pass time of each calibration plan at each measured level."""
-    from bless.predicted import predict_profile
+    from bless.build.predicted import predict_profile
 
     errs = []
     for (model, batch), plan in plans.items():
@@ -136,7 +136,7 @@ def fit_tensor_efficiency(plans: dict, params):
 
 
 def calibration_plans(plan_dir: Path | None) -> dict:
-    from bless.plan import load_plan, plan_path
+    from bless.build.plan import load_plan, plan_path
 
     plans = {}
     for model, batch in CALIBRATION_PLANS:
@@ -220,10 +220,10 @@ measured eager runs that neither the TVM plan nor the eager operator list contai
 
 def eager_profile(app: str, batch: int):
     """The analytic A100 profile of the app's eager operator list (one launch per ATen op)."""
-    from bless.compiler.train_trace import descriptor_launches, trace_forward
-    from bless.models import find
-    from bless.plan import Plan
-    from bless.predicted import predict_profile
+    from bless.build.compiler.train_trace import descriptor_launches, trace_forward
+    from bless.build.plan import Plan
+    from bless.build.predicted import predict_profile
+    from bless.build.zoo import find
 
     launches = descriptor_launches(trace_forward(find(app)[0], batch, seed=0))
     plan = Plan(app=app, gpu="a100", arch="sm_80", batch=batch, images=(), buffers=(), launches=launches,
@@ -232,9 +232,9 @@ def eager_profile(app: str, batch: int):
 
 
 def validate_whole_models(plan_dir: Path | None) -> None:
-    from bless.catalog import load_app
-    from bless.plan import load_plan, plan_path
-    from bless.predicted import predict_profile
+    from bless.build.plan import load_plan, plan_path
+    from bless.build.predicted import predict_profile
+    from bless.profiles.catalog import load_app
 
     print("## 3. Whole model on the A100: predicted (TVM build plan) vs measured (profiles/a100)\n")
     print("Measured: the compute kernels of profiles/a100/<app>.json (cuDNN/cuBLAS, Nsight Compute times) + 3 us;")
@@ -274,7 +274,7 @@ def show_calibration_passes(plan_dir: Path | None) -> None:
     print("## 4. The TF32 fit's own data (train, not a test): resnet152 and vgg16 batch 8 passes\n")
     print("| model | SMs | measured ms | predicted tf32 ms | error |")
     print("|---|---|---|---|---|")
-    from bless.predicted import predict_profile
+    from bless.build.predicted import predict_profile
 
     for (model, batch), plan in calibration_plans(plan_dir).items():
         predicted = predict_profile(plan, "a100", precision="tf32")

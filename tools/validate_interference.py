@@ -8,7 +8,7 @@
 
 Every row of the pairs file is replayed as it was measured (two MPS contexts at
 ``sm_pct`` and ``100 - sm_pct``, the co-runner looping; see
-:mod:`bless.groundtruth.corun`) with the A100 profiles of both models built from
+:mod:`bless.sim.corun`) with the A100 profiles of both models built from
 the A100 kernel data, and the simulated slowdown is compared with the measured
 one.  Prints each row, the excluded rows and why, then the mean and worst error
 and the share of the measured excess slowdown reproduced: overall, per split,
@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bless.groundtruth import corun  # noqa: E402
-from bless.groundtruth.corun import Exclusion, PairData, PairRow, RowResult  # noqa: E402
-from bless.gpudata import InterferenceModel  # noqa: E402
+from bless.hw.costs import InterferenceModel  # noqa: E402
+from bless.sim import corun  # noqa: E402
+from bless.sim.corun import Exclusion, PairData, PairRow, RowResult  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         if args.fit:
             bandwidth = _fit(pool, usable, args.jobs)
-            print(f"fitted bandwidth coefficient: {bandwidth:.3f} (put it in bless/gpudata/a100.toml [interference])")
+            print(f"fitted bandwidth coefficient: {bandwidth:.3f} (put it in bless/hw/a100.toml [interference])")
         else:
             bandwidth = args.bandwidth if args.bandwidth is not None else InterferenceModel.for_gpu("a100").bandwidth
         results = _replay(pool, usable, InterferenceModel(bandwidth=bandwidth), args.jobs)
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
 
 def _buildable(rows: list[PairRow]) -> tuple[list[PairRow], list[Exclusion]]:
     """Rows whose two models the A100 kernel data can give a profile for."""
-    from bless.groundtruth.mps import available_models
+    from bless.profiles.groundtruth.mps import available_models
 
     known = set(available_models())
     usable, missing = [], []

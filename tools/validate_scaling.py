@@ -2,12 +2,12 @@
 """How well profile curves predict reduced-level times from the full-GPU column alone.
 
 Leave-one-model-out, through the same curve assembly the shipped profiles use
-(:mod:`bless.groundtruth.lomo`): for every model of the A100 MPS data measured at
+(:mod:`bless.profiles.groundtruth.lomo`): for every model of the A100 MPS data measured at
 reduced levels (resnet50, resnet152, vgg16, vgg19, mobilenet, inception; bert at
 20-80 % only) and every batch, batch 1 included, each kernel keeps only its
 reference-level point, takes twins from the *other* models (or the scaling model,
 refitted without the held-out model), becomes its 18-level curve with
-``bless.scaling.fit_curve``, and the curves are read at the measured SM counts as the
+``bless.profiles.groundtruth.scaling.fit_curve``, and the curves are read at the measured SM counts as the
 simulator reads a profile.  Printed: the whole-pass error at MPS 20/40/50/60/80 %
 (22/44/54/66/88 SMs) of
 
@@ -36,8 +36,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bless.groundtruth import calibrate, lomo, mps  # noqa: E402
-from bless.scaling import FITTED, PARAM_NAMES  # noqa: E402
+from bless.profiles.groundtruth import calibrate, lomo, mps  # noqa: E402
+from bless.profiles.groundtruth.scaling import FITTED, PARAM_NAMES  # noqa: E402
 
 LEVELS = tuple(mps.mps_sms(p) for p in mps.MPS_LEVELS[:-1])
 SUMMARISED = ("twins+model", "model", "measured")
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
 
     if args.fit:
         params = calibrate.fit_params(max_iter=args.max_iter)
-        print("fitted constants (paste into bless/scaling.py FITTED):")
+        print("fitted constants (paste into bless/profiles/groundtruth/scaling.py FITTED):")
         for name in PARAM_NAMES:
             print(f"    {name}={getattr(params, name):.4g},")
         return 0

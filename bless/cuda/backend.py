@@ -1,6 +1,6 @@
-"""The CUDA backend: the :class:`~bless.backend.Backend` interface on a real NVIDIA GPU.
+"""The CUDA backend: the :class:`~bless.backend.interface.Backend` interface on a real NVIDIA GPU.
 
-* ``deploy`` finds the app's build plan (:mod:`bless.plan`), loads its
+* ``deploy`` finds the app's build plan (:mod:`bless.build.plan`), loads its
   kernel images once per process, allocates its buffers in one VMM arena
   every context can use, fills them (params and inputs seeded random,
   activations zero) and packs every launch's parameters once.
@@ -10,7 +10,7 @@
   what the hardware granted.  It records the device memory each new restricted
   context took (``context_memory``, cuMemGetInfo before and after);
   :meth:`~CudaBackend.context_bytes` answers with the largest of those once one
-  exists, and with the GPU's data file (``bless/gpudata/<gpu>.toml``) before, or
+  exists, and with the GPU's data file (``bless/hw/<gpu>.toml``) before, or
   for a mechanism this backend does not use.
 * ``launch`` issues ``cuLaunchKernel`` on the stream; ``after`` in another
   stream becomes ``cuStreamWaitEvent`` on that launch's end event, ``timed``
@@ -34,18 +34,25 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bless.backend import AppHandle, Backend, BackendError
+from bless.backend.interface import AppHandle, Backend, BackendError
+from bless.backend.trace_events import Placement
+from bless.build.plan import Plan, check_matches, find_plan, load_plan
 from bless.cuda import mps
 from bless.cuda.contexts import ContextPool, ExecContext, choose_mechanism, make_pool
 from bless.cuda.device import Device
 from bless.cuda.driver import CudaError, Driver, import_bindings, load_driver
 from bless.cuda.kernels import LaunchEntry, LibraryCache, fill_buffers, prepare_launches
 from bless.cuda.memory import Arena, layout
-from bless.plan import Plan, check_matches, find_plan, load_plan
-from bless.cuda.timeline import ContextClock, CudaLaunch, CudaStream, Timeline, needs_wait, placement
-from bless.trace_events import Placement
-from bless.gpu import GPUS, GpuSpec, get_gpu
-from bless.profile import Profile
+from bless.cuda.timeline import (
+    ContextClock,
+    CudaLaunch,
+    CudaStream,
+    Timeline,
+    needs_wait,
+    placement,
+)
+from bless.hw.gpus import GPUS, GpuSpec, get_gpu
+from bless.profiles.format import Profile
 
 DEFAULT_POLL_INTERVAL = 20e-6
 """Seconds between event queries while :meth:`CudaBackend.wait` waits (Linux sleeps ~50 us at least)."""

@@ -31,9 +31,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from bless.backend import BackendError
+from bless.backend.interface import BackendError
 from bless.cuda.device import Device
-from bless.cuda.driver import GREEN_CONTEXT_DRIVER, GREEN_STREAM_DRIVER, CudaError, format_version
+from bless.cuda.driver import (
+    GREEN_CONTEXT_DRIVER,
+    GREEN_STREAM_DRIVER,
+    CudaError,
+    format_version,
+)
 
 MECHANISMS = ("auto", "green", "mps")
 

@@ -47,7 +47,7 @@ class Device:
         cu = driver.cu
         count = int(driver.call("cuDeviceGetCount"))
         if not 0 <= ordinal < count:
-            from bless.backend import BackendError
+            from bless.backend.interface import BackendError
 
             raise BackendError(f"device {ordinal} does not exist: the driver sees {count} GPU(s) (0..{count - 1})")
         self.handle = driver.call("cuDeviceGet", ordinal)

@@ -2,7 +2,7 @@
 
 Every cuda-python driver call returns a tuple whose first item is a
 ``CUresult``; :meth:`Driver.call` checks it, raises :class:`CudaError` (a
-:class:`~bless.backend.BackendError`) naming the call, the error and a hint,
+:class:`~bless.backend.interface.BackendError`) naming the call, the error and a hint,
 and returns the remaining items (one value, a tuple, or None).
 
 :func:`load_driver` is the only place that imports the bindings and calls
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bless.backend import BackendError
+from bless.backend.interface import BackendError
 
 SUCCESS = 0
 NOT_READY = 600

@@ -22,10 +22,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bless.backend import BackendError
+from bless.backend.interface import BackendError
+from bless.build.plan import Arg, Buffer, Image, Launch, Plan
 from bless.cuda.device import Device
 from bless.cuda.memory import Arena
-from bless.plan import Arg, Buffer, Image, Launch, Plan
 
 DEFAULT_MAX_DYNAMIC_SHARED = 48 * 1024
 """Dynamic shared memory a kernel may use without opting in (CUDA programming guide)."""

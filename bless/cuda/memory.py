@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from bless.backend import BackendError
+from bless.backend.interface import BackendError
 from bless.cuda.device import Device
 
 BUFFER_ALIGN = 256

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bless.backend import BackendError
+from bless.backend.interface import BackendError
 
 CONTROL = "nvidia-cuda-mps-control"
 START_TIMEOUT = 10.0

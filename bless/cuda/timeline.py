@@ -34,9 +34,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable
 
+from bless.backend.trace_events import Placement
 from bless.cuda.contexts import ExecContext
 from bless.cuda.driver import Driver
-from bless.trace_events import Placement
 
 ANCHOR_MAX_AGE = 1.0
 """Seconds an anchor is used before it is renewed."""
@@ -162,7 +162,7 @@ class CudaLaunch:
 
 
 def placement(run: CudaLaunch) -> Placement:
-    """Where a launch ran, for a timeline (:mod:`bless.trace_events`).
+    """Where a launch ran, for a timeline (:mod:`bless.backend.trace_events`).
 
     Events time a launch but do not say how many SMs its blocks held, so
     only the context's grant is known.

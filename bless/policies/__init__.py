@@ -1,1 +1,1 @@
-"""Sharing policies, one module each, registered in :data:`bless.policy.POLICIES`."""
+"""Sharing policies, one module each, registered in :data:`bless.core.policy.POLICIES`."""

@@ -6,7 +6,7 @@ Two pacing rules build the squads (``pacing``):
 * ``deadline`` (the default): each request has a deadline, its finish time in the
   ISO run of the same arrivals; the earliest deadline runs unrestricted, the
   others run in the smallest restricted context that still meets theirs, or wait
-  while they can (:func:`bless.scheduler.build_deadline_squad`).
+  while they can (:func:`bless.core.scheduler.build_deadline_squad`).
 * ``paper``: the paper's rule -- the request furthest behind its isolated
   schedule first, squads of ``squad_size`` kernels run unrestricted or as a
   Semi-SP split, whichever the determiner prices faster (the ablation).
@@ -19,19 +19,19 @@ import math
 
 import numpy as np
 
-from bless.backend import HostCosts
-from bless.determiner import Determiner, restricted_count
-from bless.gpu import N_LEVELS, GpuSpec
-from bless.gpudata import InterferenceModel
-from bless.policy import Decision, LaunchPlan, Policy, SquadEstimate
-from bless.requests import AppState, Request
-from bless.scheduler import (
+from bless.backend.interface import HostCosts
+from bless.core.determiner import Determiner, restricted_count
+from bless.core.lifecycle import AppState, Request
+from bless.core.policy import Decision, LaunchPlan, Policy, SquadEstimate
+from bless.core.scheduler import (
     PacedRequest,
     PaceTable,
     Squad,
     build_deadline_squad,
     build_squad,
 )
+from bless.hw.costs import InterferenceModel
+from bless.hw.gpus import N_LEVELS, GpuSpec
 
 DECIDE_PER_KERNEL = {"paper": 1e-6, "none": 1e-6, "deadline": 3e-6}
 """Host time per scheduled kernel, per pacing rule: squad building and configuration

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from bless.gpu import GpuSpec
-from bless.policy import Decision, LaunchPlan
-from bless.requests import AppState
+from bless.core.lifecycle import AppState
+from bless.core.policy import Decision, LaunchPlan
+from bless.hw.gpus import GpuSpec
 
 
 def quota_sms(quota: float, gpu: GpuSpec, mechanism: str = "mps") -> int | None:

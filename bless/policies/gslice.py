@@ -20,7 +20,7 @@ The new partition serves requests that arrive from then on, as GSLICE's
 hot-standby ("shadow") instance hides the re-load.
 
 The thresholds' defaults (``period``, ``step``, ``tolerance``, ``busy_low``,
-``busy_high``) are the GPU's ``[gslice]`` section in ``bless/gpudata/<gpu>.toml``,
+``busy_high``) are the GPU's ``[gslice]`` section in ``bless/hw/<gpu>.toml``,
 each marked there as our assumption: they tune this simplified controller,
 not GSLICE's own.
 
@@ -36,12 +36,12 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from bless.gpu import GpuSpec
-from bless.gpudata import gpu_constants
+from bless.core.lifecycle import AppState, Request
+from bless.core.policy import Decision, Policy
+from bless.hw.costs import gpu_constants
+from bless.hw.gpus import GpuSpec
 from bless.policies.bless import MEMORY_HEADROOM
 from bless.policies.common import launch_queued, quota_sms
-from bless.policy import Decision, Policy
-from bless.requests import AppState, Request
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from bless.gpu import GpuSpec, MigProfile
+from bless.core.lifecycle import AppState
+from bless.core.policy import Decision, Policy
+from bless.hw.gpus import GpuSpec, MigProfile
 from bless.policies.common import launch_queued
-from bless.policy import Decision, Policy
-from bless.requests import AppState
 
 ROUNDING = ("exact", "down", "nearest")
 

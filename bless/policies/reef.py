@@ -19,10 +19,10 @@ reset (BE kernels are bounded instead), no per-kernel padding decisions.
 
 from __future__ import annotations
 
-from bless.gpu import GpuSpec
+from bless.core.lifecycle import AppState
+from bless.core.policy import Decision, Policy
+from bless.hw.gpus import GpuSpec
 from bless.policies.common import launch_queued, quota_sms
-from bless.policy import Decision, Policy
-from bless.requests import AppState
 
 
 class ReefPolicy(Policy):

@@ -15,7 +15,7 @@ Choices (parameters, and why):
   vGPU schedulers (1-2 ms by default, NVIDIA vGPU documentation "vGPU
   Schedulers"); short enough against our 8-33 ms requests to interleave them.
 * ``switch_cost`` -- by default the GPU's context-switch cost
-  (:meth:`bless.backend.HostCosts.for_gpu`, from ``bless/gpudata/<gpu>.toml``),
+  (:meth:`bless.backend.interface.HostCosts.for_gpu`, from ``bless/hw/<gpu>.toml``),
   the same figure BLESS pays when a request changes contexts, so neither side
   is favoured.
 
@@ -32,10 +32,10 @@ import math
 
 import numpy as np
 
-from bless.backend import HostCosts
-from bless.gpu import GpuSpec
-from bless.policy import Decision, LaunchPlan, Policy
-from bless.requests import AppState
+from bless.backend.interface import HostCosts
+from bless.core.lifecycle import AppState
+from bless.core.policy import Decision, LaunchPlan, Policy
+from bless.hw.gpus import GpuSpec
 
 
 class TemporalPolicy(Policy):

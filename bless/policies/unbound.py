@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bless.policy import Decision, LaunchPlan, Policy
-from bless.requests import AppState
+from bless.core.lifecycle import AppState
+from bless.core.policy import Decision, LaunchPlan, Policy
 
 
 class UnboundPolicy(Policy):

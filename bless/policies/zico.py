@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 
-from bless.gpu import GpuSpec
-from bless.policy import Decision, LaunchPlan, Policy
-from bless.requests import AppState, Request
+from bless.core.lifecycle import AppState, Request
+from bless.core.policy import Decision, LaunchPlan, Policy
+from bless.hw.gpus import GpuSpec
 
 BACKWARD_PREFIX = "bwd:"
 

@@ -1,4 +1,4 @@
-"""The simulated GPU behind the :class:`~bless.backend.Backend` interface.
+"""The simulated GPU behind the :class:`~bless.backend.interface.Backend` interface.
 
 Two clocks share one model:
 
@@ -17,13 +17,13 @@ import threading
 import time
 from typing import Any
 
-from bless.backend import AppHandle, Backend, BackendError, HostCosts
-from bless.gpu import GpuSpec, get_gpu
-from bless.gpudata import InterferenceModel
-from bless.profile import Profile
+from bless.backend.interface import AppHandle, Backend, BackendError, HostCosts
+from bless.backend.trace_events import Placement
+from bless.hw.costs import InterferenceModel
+from bless.hw.gpus import GpuSpec, get_gpu
+from bless.profiles.format import Profile
 from bless.sim.engine import Context, Engine, KernelRun, Stream
 from bless.sim.kernels import SimApp
-from bless.trace_events import Placement
 
 CLOCKS = ("virtual", "wall")
 SPIN_SECONDS = 300e-6
@@ -199,7 +199,7 @@ class SimBackend(Backend):
         A faulting kernel still runs for its usual time (the model does not
         abort streams); its ``error`` is set and every later kernel launched
         ``after`` it inherits the error, so the request it belongs to ends
-        failed (:class:`~bless.runtime.Executor` sets ``Request.failed``) and
+        failed (:class:`~bless.harness.replay.Executor` sets ``Request.failed``) and
         other requests and apps are untouched.  For tests and failure drills.
         """
         if count < 1 or kernel < 0:

@@ -34,7 +34,7 @@ kernel progresses at a constant rate; rates are recomputed at every event:
   20 % of the SMs beside a co-runner on 80 % suffers about twice the excess
   slowdown it suffers at 80 %: the co-runner's demand grows with its SMs, the
   victim's sensitivity does not shrink with its own).  ``bandwidth`` is fitted
-  on those measurements (``bless/gpudata/<gpu>.toml``, and
+  on those measurements (``bless/hw/<gpu>.toml``, and
   ``tools/validate_interference.py`` reports the fit per split and co-runner).
   Both factors are 1 for a kernel alone, so solo timing is exactly the profile.
 * **Bandwidth share.**  A GPU partition with its own slice of the memory system
@@ -54,7 +54,7 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from bless.gpudata import InterferenceModel
+from bless.hw.costs import InterferenceModel
 from bless.sim.kernels import SimKernel
 
 _EPS = 1e-12

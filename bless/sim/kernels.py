@@ -3,7 +3,7 @@
 The simulator needs, per kernel, its solo duration at *every* SM count and how
 hard it pulls on DRAM.  Both come from the app's ground-truth profile: the
 18-level durations are expanded to a dense table over 1..N SMs with
-:func:`bless.curves.dense_curve` (the time with that many SMs available; not flat
+:func:`bless.profiles.curves.dense_curve` (the time with that many SMs available; not flat
 from the kernel's ``max_sm_share``, which says how many SMs it occupies), and
 ``dram_util`` (fraction of peak bandwidth used alone on the whole GPU) gives the
 bytes the kernel moves.
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bless import curves
-from bless.gpu import GpuSpec
-from bless.profile import Profile
+from bless.hw.gpus import GpuSpec
+from bless.profiles import curves
+from bless.profiles.format import Profile
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,7 +46,7 @@ class SimApp:
         """The engine's kernels of ``profile``.
 
         A compute kernel's ``solo`` is its profile curve read at every SM count
-        (:func:`bless.curves.dense_curve`), made non-increasing in SMs and **not**
+        (:func:`bless.profiles.curves.dense_curve`), made non-increasing in SMs and **not**
         flattened from ``max_sms`` on: the engine reads it at the SMs available to
         the kernel, while the kernel occupies at most ``max_sms`` of them
         (``max_sm_share``: occupancy).  ``dram_seconds`` is ``dram_util``

@@ -1,0 +1,168 @@
+"""The backend interface: what the kernel manager and the profiler may ask of a GPU.
+
+Everything above this interface (scheduler, determiner, manager, profiler,
+baseline policies) is the same code on the simulated GPU and on a real one.
+The interface is deliberately close to the CUDA driver model:
+
+* an app is *deployed* once (its kernels loaded, its memory allocated);
+* *contexts* are created once per app, unrestricted (``sm_limit=None``) or
+  restricted to a number of SMs (MPS execution affinity or a green context);
+* *streams* belong to a context and run their launches in order;
+* a launch may name another launch it must follow (``after``): this orders a
+  request's kernels across contexts (CUDA: an event recorded after ``after``
+  and waited on by the new stream);
+* the host can *synchronize* (wait for everything) or *wait* for the next
+  completion of a launch marked ``notify`` (CUDA: event queries).
+
+Times are seconds on the backend's clock (:meth:`Backend.now`).  A launch
+object exposes ``tag``, ``start`` and ``end`` (``None`` until known).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from bless.backend.trace_events import Placement
+from bless.hw.costs import gpu_constants
+from bless.hw.gpus import GpuSpec, get_gpu
+from bless.profiles.format import Profile
+from bless.registry import Registry
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """Host-side costs a simulated backend charges, in seconds.
+
+    No defaults here: a GPU's figures live in its data file, each with its
+    source or marked an assumption (``bless/hw/<gpu>.toml``); use
+    :meth:`for_gpu`, or all four fields for an explicit setting.
+    """
+
+    launch: float
+    """Host time to launch one kernel (cuLaunchKernel)."""
+    sync: float
+    """Host time to synchronise at the end of a squad."""
+    context_switch: float
+    """Idle time of a request whose next kernel goes to another context."""
+    event: float
+    """Latency of a cross-stream dependency within one context."""
+
+    @classmethod
+    def for_gpu(cls, gpu: GpuSpec | str) -> HostCosts:
+        """The ``[host]`` figures of ``gpu``'s data file."""
+        name = gpu.name if isinstance(gpu, GpuSpec) else get_gpu(gpu).name
+        return gpu_constants(name).build("host", cls)
+
+
+@dataclass(frozen=True, eq=False)
+class AppHandle:
+    """A deployed app: its profile plus whatever the backend loaded for it."""
+
+    name: str
+    profile: Profile
+    private: Any = None
+
+
+class BackendError(RuntimeError):
+    """The backend cannot do what was asked (no GPU, out of memory, ...)."""
+
+
+class Backend(ABC):
+    """One GPU, real or simulated."""
+
+    name: str = "?"
+    gpu: GpuSpec
+
+    @abstractmethod
+    def deploy(self, profile: Profile) -> AppHandle:
+        """Load an app's kernels and allocate its memory."""
+
+    @abstractmethod
+    def undeploy(self, app: AppHandle) -> None:
+        """Release an app's contexts and memory."""
+
+    @abstractmethod
+    def create_context(self, app: AppHandle, sm_limit: int | None, *, shared: str | None = None) -> Any:
+        """A context for ``app``: unrestricted (None) or limited to ``sm_limit`` SMs.
+
+        Restricted contexts created under one ``shared`` name (and SM count) are one
+        partition: the apps in it share its SMs, together never more, as REEF's
+        best-effort apps share what the real-time app's quota leaves.  Without it
+        each app's context has its own limit (MPS caps may then overlap)."""
+
+    @abstractmethod
+    def granted_sms(self, context: Any) -> int:
+        """SMs the context may use, as the hardware granted them (rounding included)."""
+
+    @abstractmethod
+    def placement(self, run: Any) -> Placement:
+        """Where a launched kernel ran, as far as the backend knows (for timelines)."""
+
+    @abstractmethod
+    def create_stream(self, context: Any) -> Any:
+        """An in-order stream in ``context``."""
+
+    @abstractmethod
+    def launch(
+        self,
+        stream: Any,
+        app: AppHandle,
+        kernel: int,
+        *,
+        after: Any = None,
+        tag: Any = None,
+        notify: bool = False,
+        timed: bool = False,
+    ) -> Any:
+        """Launch kernel number ``kernel`` of ``app`` on ``stream`` (asynchronous)."""
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Block until every launched kernel has finished."""
+
+    @abstractmethod
+    def wait(self, deadline: float = math.inf) -> list[Any]:
+        """Block until a ``notify`` launch finishes or ``deadline``; return the finished ones."""
+
+    @abstractmethod
+    def now(self) -> float:
+        """The host clock in seconds."""
+
+    def sleep_until(self, t: float) -> None:
+        """Let the host idle until ``t`` (device work keeps running)."""
+        self.wait(t)
+
+    def charge_host(self, seconds: float) -> None:
+        """The host computed for ``seconds`` (a policy's decision).  Real time
+        passes by itself on a real clock; a virtual clock must be told."""
+
+    def wake(self) -> None:
+        """Interrupt a :meth:`wait` from another thread (new work arrived)."""
+
+    def context_bytes(self, mechanism: str) -> int:
+        """Device memory one context restricted by ``mechanism`` costs on this backend
+        (here: the GPU's data file; a backend that measures it overrides this)."""
+        return self.gpu.context_bytes(mechanism)
+
+    def utilisation(self) -> float:
+        """Fraction of SM-time busy since the backend started (nan if unknown)."""
+        return math.nan
+
+    def close(self) -> None:
+        """Release everything."""
+
+    def describe(self) -> str:
+        return f"{self.name} backend on {self.gpu.full_name}"
+
+
+BACKENDS: Registry[Backend] = Registry("backend")
+BACKENDS.register_lazy("sim", "bless.sim.backend:SimBackend")
+BACKENDS.register_lazy("cuda", "bless.cuda.backend:CudaBackend")
+
+
+def create_backend(name: str, **kwargs: Any) -> Backend:
+    """Create a backend by registered name (``sim``, ``cuda``)."""
+    return BACKENDS.create(name, **kwargs)

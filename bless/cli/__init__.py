@@ -1,0 +1,43 @@
+"""The ``bless`` command line.
+
+Each sub-command lives in its own module under :mod:`bless.cli` with a
+``register(subparsers)`` function; this module discovers and wires them, so a
+new command is a new module.  Command modules import heavy dependencies only
+inside their handlers, which keeps ``bless --help`` fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+
+class UserError(Exception):
+    """A mistake in what the user asked for; printed without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bless", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue  # __main__
+        importlib.import_module(f"{__name__}.{info.name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from bless.backend.interface import (
+        BackendError,  # no GPU, no driver, out of memory: a message, not a traceback
+    )
+
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, ValueError, FileNotFoundError, BackendError) as e:
+        print(f"bless {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

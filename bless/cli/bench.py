@@ -1,0 +1,70 @@
+"""``bless bench sim|overhead``: benchmarks that print numbers."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="simulator speed (sim) or scheduling overhead per kernel (overhead)")
+    p.add_argument("what", choices=("sim", "overhead"))
+    p.add_argument("--apps", nargs="+", default=["resnet50", "bert", "vgg11", "resnet101"],
+                   help="profiles to use (cycled); synthetic apps if none is found")
+    p.add_argument("--gpu", default="a100")
+    p.add_argument("--kernels", type=int, default=200_000, help="sim: kernels to simulate per configuration")
+    p.add_argument("--squad-size", type=int, default=50, help="overhead: squad size S")
+    p.add_argument("--squads", type=int, default=2000, help="overhead: squads to time per configuration")
+    p.set_defaults(func=run)
+
+
+def _profiles(names: list[str], gpu: str):
+    from bless.profiles.catalog import load_app
+    from bless.profiles.synthetic import synthetic_profile
+
+    profiles = []
+    for name in names:
+        try:
+            profiles.append(load_app(name, gpu))
+        except ValueError:
+            continue
+    if not profiles:
+        profiles = [synthetic_profile(f"syn{i}", gpu=gpu, n_kernels=200, mean_us=40, seed=i) for i in range(4)]
+    return profiles
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from bless.harness.bench import bench_overhead, bench_policy_step, bench_sim
+
+    console = Console()
+    profiles = _profiles(args.apps, args.gpu)
+    names = ", ".join(p.app for p in profiles)
+    if args.what == "sim":
+        table = Table(title=f"simulated GPU speed ({names})")
+        for col in ("concurrent apps", "kernels", "wall s", "kernels / wall s", "simulated s"):
+            table.add_column(col, justify="right")
+        for n in (1, 2, 8):
+            r = bench_sim(profiles, n, args.kernels, args.gpu)
+            table.add_row(str(n), str(r.kernels), f"{r.wall_seconds:.2f}", f"{r.kernels_per_second:,.0f}",
+                          f"{r.simulated_seconds:.2f}")
+    else:
+        table = Table(title=f"BLESS host overhead per scheduled kernel, S={args.squad_size} ({names})")
+        for col in ("active apps", "squads", "kernels/squad", "schedule us/kernel", "search us/kernel", "total us/kernel"):
+            table.add_column(col, justify="right")
+        for n in (2, 4, 8):
+            r = bench_overhead(profiles, n, args.squad_size, args.squads)
+            table.add_row(str(n), str(r.squads), f"{r.kernels / r.squads:.1f}", f"{r.schedule_us_per_kernel:.2f}",
+                          f"{r.search_us_per_kernel:.2f}", f"{r.us_per_kernel:.2f}")
+        console.print(table)
+        table = Table(title=f"the whole policy step per scheduled kernel, in a replay (load A; {names})")
+        for col in ("apps", "pacing", "steps", "kernels/step", "us/step", "us/kernel"):
+            table.add_column(col, justify="right")
+        for n in (2, 4, 8):
+            for pacing in ("deadline", "paper"):
+                r = bench_policy_step(profiles, n, pacing)
+                table.add_row(str(n), pacing, str(r.steps), f"{r.kernels / max(r.steps, 1):.1f}",
+                              f"{r.us_per_step:.1f}", f"{r.us_per_kernel:.2f}")
+    console.print(table)
+    return 0

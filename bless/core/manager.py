@@ -1,0 +1,86 @@
+"""The concurrent kernel manager: executes a policy's decision on a backend.
+
+Per app it creates its contexts once, at deployment (one unrestricted, plus
+the restricted ones the policy will use), with one stream each.  Executing a
+:class:`~bless.core.policy.Decision` it launches kernels in the decided order into
+the decided contexts.  Every kernel of a request names the request's previous
+kernel as ``after``: in the same stream that is free, across contexts it makes
+the new stream wait for the restricted part to finish (and the backend charges
+the context switch), so a request's kernels never reorder or overlap.  It
+talks to the :class:`~bless.backend.interface.Backend` interface only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bless.backend.interface import Backend
+from bless.core.lifecycle import AppState
+from bless.core.policy import Decision
+
+
+class KernelManager:
+    """Launches decisions; owns the apps' contexts and streams."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._streams: dict[tuple[int, int | None], Any] = {}
+        self.kernels_launched = 0
+
+    def deploy(self, app: AppState, sm_limits: list[int | None], shared: str | None = None) -> None:
+        """Deploy ``app`` and pre-create its contexts (unrestricted always included); ``shared``
+        names the partition its restricted contexts share with other apps."""
+        app.handle = self.backend.deploy(app.profile)
+        for limit in dict.fromkeys([None, *sm_limits]):
+            ctx = self.backend.create_context(app.handle, limit, shared=None if limit is None else shared)
+            self._streams[(app.index, limit)] = self.backend.create_stream(ctx)
+
+    def undeploy(self, app: AppState) -> None:
+        for key in [k for k in self._streams if k[0] == app.index]:
+            del self._streams[key]
+        self.backend.undeploy(app.handle)
+
+    def stream(self, app: AppState, sm_limit: int | None) -> Any:
+        try:
+            return self._streams[(app.index, sm_limit)]
+        except KeyError:
+            raise ValueError(
+                f"app {app.name!r} has no context limited to {sm_limit} SMs; "
+                f"the policy must list it in context_limits()"
+            ) from None
+
+    def execute(self, decision: Decision) -> list[Any]:
+        """Launch every kernel of ``decision``; return the backend's launch objects in order."""
+        plans = decision.plans
+        if not plans:
+            return []
+        order = decision.order
+        if order is None:
+            order = [i for i, p in enumerate(plans) for _ in range(p.count)]
+        cursor = [p.start for p in plans]
+        streams = [self.stream(p.request.app, p.sm_limit) for p in plans]
+        launch = self.backend.launch
+        launches = []
+        for i in order:
+            p = plans[i]
+            req = p.request
+            k = cursor[i]
+            if k != req.scheduled:
+                raise RuntimeError(
+                    f"decision launches kernel {k} of request {req.rid} of {req.app.name!r} "
+                    f"but kernel {req.scheduled} is next"
+                )
+            cursor[i] = k + 1
+            last = k + 1 == req.n_kernels
+            req.last_launch = launch(
+                streams[i], req.app.handle, k, after=req.last_launch, tag=req, notify=last
+            )
+            if k == 0:
+                req.first_launch = req.last_launch
+            req.scheduled = k + 1
+            launches.append(req.last_launch)
+        self.kernels_launched += len(order)
+        for i, p in enumerate(plans):
+            if cursor[i] != p.start + p.count:
+                raise RuntimeError(f"decision order launches {cursor[i] - p.start} of {p.count} kernels of a plan")
+        return launches

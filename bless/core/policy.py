@@ -1,0 +1,124 @@
+"""The policy interface: a policy decides, the kernel manager executes.
+
+Every sharing policy -- BLESS and the baselines -- is a plug-in with one
+method, :meth:`Policy.step`, that looks at the apps' queues and returns a
+plain :class:`Decision`: which kernels of which requests to launch into which
+context, in what order, and whether the host then waits for all of them
+(squad semantics) or goes on reacting to arrivals and completions.  The
+runtime loop, the manager and the backend are shared, so comparisons between
+policies are like for like.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from bless.core.lifecycle import AppState, Request
+from bless.hw.gpus import GpuSpec
+from bless.registry import Registry
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Launch kernels ``[start, start + count)`` of ``request`` into a context.
+
+    ``sm_limit`` None is the app's unrestricted context; otherwise the app's
+    context restricted to that many SMs.
+    """
+
+    request: Request
+    start: int
+    count: int
+    sm_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class SquadEstimate:
+    """What a policy predicts for a synchronised squad (recorded beside what it measured)."""
+
+    duration: float
+    """Seconds from its first kernel's start to its last kernel's end."""
+    restricted: bool
+    """Whether it runs (in part) in restricted contexts."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One step of a policy: what to launch, and when to be asked again."""
+
+    plans: tuple[LaunchPlan, ...] = ()
+    order: tuple[int, ...] | None = None
+    """Plan index of each kernel in host launch order; None: plan after plan."""
+    sync: bool = False
+    """Wait for every launched kernel before the next step (a squad)."""
+    wake_at: float = math.inf
+    """Ask the policy again at this time even if nothing arrives or finishes."""
+    estimate: SquadEstimate | None = None
+    """The policy's prediction for a squad (``sync``), if it makes one."""
+
+
+class Policy(ABC):
+    """A GPU sharing policy."""
+
+    name: ClassVar[str] = "?"
+    isolated: ClassVar[bool] = False
+    """True if each app must run on a GPU of its own (ISO, MIG)."""
+
+    def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
+        """Called once the apps are deployed, before the first step."""
+
+    def app_gpu(self, app: AppState, gpu: GpuSpec) -> GpuSpec:
+        """The GPU an app runs on when ``isolated`` (e.g. a MIG slice)."""
+        return gpu
+
+    def context_limits(self, app: AppState, gpu: GpuSpec) -> list[int | None]:
+        """SM limits of the contexts to create for ``app`` at deployment."""
+        return [None]
+
+    def shared_partition(self, app: AppState) -> str | None:
+        """Name of the SM partition ``app``'s restricted contexts share with other apps (None: their own)."""
+        return None
+
+    @abstractmethod
+    def step(self, now: float, apps: list[AppState]) -> Decision | None:
+        """Decide what to launch now; None or an empty decision: nothing."""
+
+    def decision_cost(self, decision: Decision) -> float:
+        """Host seconds the policy spent deciding ``decision`` (charged on a virtual clock)."""
+        return 0.0
+
+    def decide_ahead(self, now: float, apps: list[AppState], running: Decision) -> Decision | None:
+        """The decision to launch after the squad ``running``, taken while it runs on the GPU.
+
+        The executor uses it only if no request was activated, finished or
+        re-quota'd meanwhile, and decides afresh otherwise; None: always afresh.
+        """
+        return None
+
+    def on_launch(self, decision: Decision) -> None:
+        """The executor launched ``decision`` (a decision taken ahead may be dropped, never launched)."""
+
+    def on_complete(self, request: Request, now: float) -> None:
+        """A request finished (its last kernel ended at ``request.end``)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Parameters to record with results."""
+        return {"policy": self.name}
+
+
+POLICIES: Registry[Policy] = Registry("policy")
+POLICIES.register_lazy("bless", "bless.policies.bless:BlessPolicy")
+POLICIES.register_lazy("unbound", "bless.policies.unbound:UnboundPolicy")
+POLICIES.register_lazy("iso", "bless.policies.iso:IsoPolicy")
+POLICIES.register_lazy("temporal", "bless.policies.temporal:TemporalPolicy")
+POLICIES.register_lazy("mig", "bless.policies.mig:MigPolicy")
+POLICIES.register_lazy("gslice", "bless.policies.gslice:GslicePolicy")
+POLICIES.register_lazy("reef", "bless.policies.reef:ReefPolicy")
+POLICIES.register_lazy("zico", "bless.policies.zico:ZicoPolicy")
+
+
+def create_policy(name: str, **kwargs: Any) -> Policy:
+    return POLICIES.create(name, **kwargs)

@@ -1,0 +1,344 @@
+"""The multi-task scheduler: build a kernel squad from the active requests.
+
+Each active request has an isolated schedule: at its quota n%, its first k
+kernels would be done ``tau[n%][k-1]`` seconds after it started.  Its progress
+is compared with the time it has actually had:
+
+* ``P_e = tau[n%][k] / T[n%]`` -- how far along its isolated schedule the
+  scheduled kernels take it (k = kernels scheduled so far);
+* ``P_r = t_e / target`` -- how much of its latency budget has elapsed
+  (``t_e`` since arrival; ``target`` = T[n%], or the SLO when one is set).
+
+We compare ``P_e / P_r`` and give the next kernel to the request with the
+*smallest* ratio: it has been given the least work for the time it has
+waited, i.e. it lags furthest behind its isolated schedule.  (Comparing
+``P_r / P_e`` and taking the largest is the same order, but a request with
+nothing scheduled yet has ``P_e = 0``; the ratio we use is then simply 0, the
+most urgent, with no division by zero.)  With the SLO as target, a request
+with a tight SLO ages faster and is served sooner.
+
+Taking a kernel advances that request's ``tau``, so repeatedly taking the
+most lagging request is a K-way merge of each request's increasing sequence of
+keys ``prefix[k + m] / c`` (``c = T[n%] * t_e / target``).  The squad ends at
+``S`` kernels or right after a request's last kernel.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from bless.core.lifecycle import Request
+
+MIN_ELAPSED = 1e-9
+"""Elapsed time of a request that arrived this instant (avoids 0/0)."""
+
+
+@dataclass(frozen=True)
+class SquadEntry:
+    """The kernels ``[start, start + count)`` of one request."""
+
+    request: Request
+    start: int
+    count: int
+    sm_limit: int | None = None
+    """The context they run in when the scheduler chose it (deadline pacing); None: unrestricted."""
+
+    @property
+    def completes_request(self) -> bool:
+        return self.start + self.count == self.request.n_kernels
+
+
+@dataclass(frozen=True)
+class Squad:
+    """A scheduler decision: which kernels of which requests run together."""
+
+    entries: tuple[SquadEntry, ...]
+    order: tuple[int, ...]
+    """Entry index of each kernel, in the order the scheduler chose them."""
+
+    @property
+    def size(self) -> int:
+        return len(self.order)
+
+
+def build_squad(requests: list[Request], now: float, squad_size: int, pacing: bool = True) -> Squad:
+    """Pick up to ``squad_size`` kernels from ``requests`` (the active ones).
+
+    Requests are taken in the given order on ties (pass them oldest first).
+    ``pacing=False`` is the ablation without the multi-task scheduler: kernels
+    are taken round-robin, one per request in turn, ignoring quotas and age.
+    """
+    if squad_size < 1:
+        raise ValueError(f"squad_size must be >= 1, got {squad_size}")
+    live = [r for r in requests if r.remaining > 0]
+    if not live:
+        return Squad((), ())
+    keys = []
+    takes = []
+    for r in live:
+        app = r.app
+        elapsed = now - r.arrival
+        c = app.iso_latency * (elapsed if elapsed > MIN_ELAPSED else MIN_ELAPSED) / app.target
+        m = min(squad_size, r.remaining)
+        takes.append(m)
+        keys.append(app.prefix[r.scheduled : r.scheduled + m] / c if pacing else np.arange(m, dtype=float))
+    if len(live) == 1:
+        owners = np.zeros(takes[0], dtype=np.int64)
+    else:
+        owner_of = np.repeat(np.arange(len(live)), takes)
+        owners = owner_of[np.argsort(np.concatenate(keys), kind="stable")[:squad_size]]
+    counts = [0] * len(live)
+    cut = len(owners)
+    for pos, j in enumerate(owners.tolist()):
+        counts[j] += 1
+        if counts[j] == live[j].remaining:
+            cut = pos + 1
+            break
+    order = owners[:cut].tolist()
+    used = sorted(set(order))
+    index = {j: i for i, j in enumerate(used)}
+    entries = tuple(SquadEntry(live[j], live[j].scheduled, counts[j]) for j in used)
+    return Squad(entries, tuple(index[j] for j in order))
+
+
+# ---------------------------------------------------------------- deadline pacing
+#
+# The paper's rule above paces every request against its own isolated schedule
+# and keeps two identical closed loops in lockstep, where nothing beats a
+# static split (experiments/lockstep.py).  Deadline pacing keeps the promise
+# and spends the rest of the GPU where it shortens latency most:
+#
+# * every request has a deadline: its finish time in the ISO run of the same
+#   arrivals (``max(arrival, previous deadline) + T[quota]``, so an app's own
+#   backlog moves its deadlines, not its neighbours'), or ``arrival + SLO``
+#   when that is earlier;
+# * the request with the earliest deadline (the top) runs unrestricted and is
+#   never held back; the others share what its quota leaves;
+# * every other request runs only when it must: once the time left to its
+#   deadline, less one window, no longer covers its remaining kernels at its
+#   quota (stretched by the interference its neighbours cause), it runs in
+#   the smallest restricted context that still meets the deadline (or the one
+#   it is in, if that still does: a switch idles it), launched ahead of the
+#   top so it finds its SMs free;
+# * beside restricted requests the top stays unrestricted only while they are
+#   projected to meet their deadlines (an unrestricted kernel keeps the SMs it
+#   took, so a capped neighbour only gets what it leaves); else it is capped;
+# * a request that can wait waits, leaving the GPU to the earlier deadline:
+#   one request finishes early, the other still on time, and two identical
+#   closed loops drift apart instead of into lockstep;
+# * kernels stream: each request keeps about a window of kernels queued in its
+#   context and no barrier separates two launches.
+
+
+_TICK = 1e-7
+"""Times closer than this (0.1 us) are one instant to deadline pacing (float rounding)."""
+QUEUED = 1.5
+"""Windows of kernels a running request keeps queued: a host that decides late by up to that
+much leaves no gap on the GPU (on the wall clock a busy host is late by milliseconds).  Our
+assumption; the served load test (tests/test_server_load.py) checks it against ``bless run``."""
+
+
+@dataclass(frozen=True)
+class PaceTable:
+    """One app's kernel times in each context it owns, as prefix sums.
+
+    Row ``i`` of ``prefix`` is the time from kernel 0 to the end of each kernel
+    alone with ``limits[i]`` SMs; the last row is the whole GPU (unrestricted).
+    The rows are the determiner's (``AppTables.prefix``) at those levels.
+    """
+
+    limits: tuple[int, ...]
+    """SM counts of the app's restricted contexts, ascending."""
+    sm_count: int
+    """The whole GPU's (the last row's)."""
+    prefix: np.ndarray
+    """Shape (len(limits) + 1, K + 1)."""
+
+    def sms(self, row: int) -> int:
+        return self.limits[row] if row < len(self.limits) else self.sm_count
+
+    def first_row_at_most(self, sms: float) -> int:
+        """The largest context (row) with at most ``sms`` SMs (the whole GPU counts); -1 if none."""
+        if sms >= self.sm_count:
+            return len(self.limits)
+        return bisect.bisect_right(self.limits, sms + 1e-9) - 1
+
+    def first_row_at_least(self, sms: float) -> int:
+        """The smallest context (row) with at least ``sms`` SMs; the unrestricted row if none."""
+        return bisect.bisect_left(self.limits, sms - 1e-9)
+
+
+@dataclass(frozen=True)
+class PacedRequest:
+    """What deadline pacing needs to know of one active request."""
+
+    request: Request
+    deadline: float
+    table: PaceTable
+    quota_sms: float
+    """SMs its quota promises (``quota * sm_count``)."""
+    stretch: float
+    """Expected slowdown from the neighbours' interference (>= 1)."""
+    row: int = -1
+    """Row of the context its latest kernel ran in (-1: none yet): kept while it still serves."""
+    busy_until: float = -math.inf
+    """When its kernels launched so far are expected to end."""
+
+
+@dataclass(frozen=True)
+class PacedLaunch:
+    """What deadline pacing launches now: kernels per request in their contexts."""
+
+    squad: Squad
+    durations: tuple[float, ...]
+    """Expected duration of each entry's kernels in its context (interference included)."""
+    wake_at: float
+    """When to decide again: a running request needs more kernels, or a waiting one may have to start."""
+
+
+Pricer = Callable[[list[tuple[Request, int, int, "int | None"]], np.ndarray], np.ndarray]
+"""``price(runs, ready)``: when each run ``(request, start, count, sm_limit)`` ends if all run
+together from now, run ``i`` free to start ``ready[i]`` from now (the determiner's kernel walk)."""
+
+
+def build_deadline_squad(
+    requests: list[PacedRequest], now: float, window: float, price: Pricer | None = None
+) -> PacedLaunch:
+    """The kernels to launch now under deadline pacing (see the section comment above).
+
+    Kernels stream: a request that still has :data:`QUEUED` windows of kernels
+    queued gets none now (a host that decides late does not starve the GPU), and
+    no barrier separates two launches.  Each entry carries
+    its context (``sm_limit``); restricted requests are launched first.  An
+    entry covers about ``window`` seconds of the request's kernels.
+    """
+    if window <= 0:
+        raise ValueError(f"window must be > 0 seconds, got {window}")
+    live = sorted(
+        (p for p in requests if p.request.remaining > 0),
+        key=lambda p: (p.deadline, p.request.arrival, p.request.rid),
+    )
+    if not live:
+        return PacedLaunch(Squad((), ()), (), math.inf)
+    wake = now + window  # waiting requests are looked at again within a window
+    # Who runs: the earliest deadline, and every request that cannot wait a window.
+    top = live[0]
+    urgent = []  # (request, row of its quota's context, row that meets its deadline)
+    for p in live[1:]:
+        tab = p.table
+        rem = tab.prefix[:, -1] - tab.prefix[:, p.request.scheduled]
+        left = p.deadline - max(now, p.busy_until)
+        q = tab.first_row_at_least(p.quota_sms)
+        if rem[q] * p.stretch + window <= left:
+            continue  # it can wait a window and still finish at its quota
+        fits = np.nonzero(rem[q:] * p.stretch <= left)[0]
+        urgent.append((p, q, q + int(fits[0]) if len(fits) else len(tab.limits)))
+    # Where: each its quota first (the quotas fit the GPU), then more for those
+    # behind, earliest deadline first, from what the others' quotas leave.
+    spare = top.table.sm_count - top.quota_sms - sum(p.table.sms(q) for p, q, _ in urgent)
+    picked: list[tuple[PacedRequest, int]] = [(top, len(top.table.limits))]
+    for p, q, need in urgent:
+        tab = p.table
+        row = min(need, tab.first_row_at_most(spare + tab.sms(q)))
+        if row <= p.row < len(tab.limits) and tab.sms(p.row) <= spare + tab.sms(q):
+            row = p.row  # its current context still serves: no switch
+        if row < 0:
+            continue  # no context fits what the others leave this window
+        picked.append((p, row))
+        spare -= tab.sms(row) - tab.sms(q)
+    priced = None
+    if price is not None and len(picked) > 1:
+        row, priced = _top_row(picked, now, window, price)
+        picked[0] = (top, row)
+    # Restricted requests first: launched first, they find their SMs free.
+    order = sorted(range(len(picked)), key=lambda i: picked[i][1] == len(picked[i][0].table.limits))
+    entries = []
+    starts = []
+    durations = []
+    for i in order:
+        p, row = picked[i]
+        refill = p.busy_until - QUEUED * window
+        if refill > now + _TICK:
+            wake = min(wake, refill)
+            continue  # enough of its kernels are queued
+        r = p.request
+        count = _window_count(p, row, window)
+        limit = p.table.limits[row] if row < len(p.table.limits) else None
+        entries.append(SquadEntry(r, r.scheduled, count, limit))
+        starts.append(p.table.prefix[row, r.scheduled : r.scheduled + count] - p.table.prefix[row, r.scheduled])
+        # The walk's duration where it priced the configuration (co-running included).
+        durations.append(_work(p, row, count) * p.stretch if priced is None else float(priced[i]))
+        if count < r.remaining:
+            wake = min(wake, max(now, p.busy_until) + max(durations[-1] - QUEUED * window, _TICK))
+    if not entries:
+        return PacedLaunch(Squad((), ()), (), wake)
+    owners = np.repeat(np.arange(len(entries)), [e.count for e in entries])
+    order = owners[np.argsort(np.concatenate(starts), kind="stable")]
+    return PacedLaunch(Squad(tuple(entries), tuple(order.tolist())), tuple(durations), wake)
+
+
+def _window_count(p: PacedRequest, row: int, window: float) -> int:
+    """How many of ``p``'s next kernels take ``window`` seconds in the context of ``row`` (at least one)."""
+    k = p.request.scheduled
+    line = p.table.prefix[row]
+    end = int(np.searchsorted(line, line[k] + window, side="left"))
+    return min(max(1, end - k), p.request.remaining)
+
+
+def _top_row(
+    picked: list[tuple[PacedRequest, int]], now: float, window: float, price: Pricer
+) -> tuple[int, list[float]]:
+    """The top's context beside restricted requests, and how long each picked request's
+    next window of kernels is expected to take in that configuration.
+
+    The top runs unrestricted while every restricted request is projected to
+    meet its deadline, with a window to spare, beside it (the top takes the SMs
+    it can, holding them in start order, so a capped neighbour gets what it
+    leaves); otherwise it is capped at what their contexts leave.  The next
+    window is priced by the determiner's kernel walk; the rest is projected: a
+    restricted request keeps its window's pace (slowed by its interference
+    stretch) until the top, at its own window's pace, is done, then has the GPU
+    at full-GPU speed.
+    """
+    top = picked[0][0]
+    tab = top.table
+    full = len(tab.limits)
+    ready = np.array([max(p.busy_until - now, 0.0) for p, _ in picked])
+
+    def walk(row: int) -> tuple[list[int], np.ndarray]:
+        counts = [_window_count(p, row if i == 0 else r, window) for i, (p, r) in enumerate(picked)]
+        runs = [(top.request, top.request.scheduled, counts[0], None if row == full else tab.sms(row))]
+        runs += [(p.request, p.request.scheduled, c, p.table.sms(r)) for (p, r), c in zip(picked[1:], counts[1:])]
+        return counts, price(runs, ready)
+
+    counts, ends = walk(full)
+    top_end = ends[0] * _remaining(top, full) / max(_work(top, full, counts[0]), 1e-12)
+    for (p, _), c, end in zip(picked[1:], counts[1:], ends[1:]):
+        q = p.table.first_row_at_least(p.quota_sms)
+        rem = _remaining(p, q)
+        pace = _work(p, q, c) / max(end * p.stretch, 1e-12)
+        if pace * top_end >= rem:
+            finish = rem / pace
+        else:
+            finish = top_end + (rem - pace * top_end) * _remaining(p, len(p.table.limits)) / rem
+        if now + finish + window > p.deadline:
+            capped = max(0, tab.first_row_at_most(tab.sm_count - sum(p.table.sms(r) for p, r in picked[1:])))
+            counts, ends = walk(capped)
+            return capped, list(ends - ready)
+    return full, list(ends - ready)
+
+
+def _work(p: PacedRequest, row: int, count: int) -> float:
+    """Time its next ``count`` kernels take alone in the context of ``row``."""
+    k = p.request.scheduled
+    return float(p.table.prefix[row, k + count] - p.table.prefix[row, k])
+
+
+def _remaining(p: PacedRequest, row: int) -> float:
+    """Time its kernels not yet launched take alone in the context of ``row``."""
+    return float(p.table.prefix[row, -1] - p.table.prefix[row, p.request.scheduled])

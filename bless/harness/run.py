@@ -1,0 +1,124 @@
+"""Execute a :class:`~bless.harness.config.RunConfig`: build the backend, policy and apps, run."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+from bless.backend.interface import Backend, create_backend
+from bless.backend.trace_events import TraceRecorder
+from bless.colocation.advisor import ColocationGate
+from bless.core.lifecycle import AppState
+from bless.core.policy import POLICIES, Policy
+from bless.harness.config import ConfigError, RunConfig, resolve_slo
+from bless.harness.loads import parse_load
+from bless.harness.replay import Replay
+from bless.harness.results import RunResult
+from bless.hw.gpus import GpuSpec, get_gpu
+from bless.profiles.catalog import load_app
+from bless.profiles.format import Profile
+
+
+def make_policy(cfg: RunConfig, mechanism: str = "mps") -> Policy:
+    factory = POLICIES.get(cfg.policy)
+    accepted = set(inspect.signature(factory).parameters)
+    for key in cfg.policy_params:
+        if key not in accepted:
+            raise ConfigError(
+                f"policy.{key}: policy {cfg.policy!r} has no parameter {key!r}; "
+                f"it takes: {', '.join(sorted(accepted)) or 'none'}"
+            )
+    params = dict(cfg.policy_params)
+    if "mechanism" in accepted:
+        params.setdefault("mechanism", mechanism)
+    return factory(**params)
+
+
+def make_backend(cfg: RunConfig, gpu: GpuSpec, seed_offset: int = 0):
+    chosen = {} if cfg.mechanism is None else {"mechanism": cfg.mechanism}
+    if cfg.backend == "sim":
+        return create_backend(
+            "sim", gpu=gpu, clock="virtual", noise_sigma=cfg.noise, seed=cfg.seed + seed_offset, **chosen
+        )
+    return create_backend(cfg.backend, gpu=gpu.name, **chosen)
+
+
+def app_states(cfg: RunConfig, profiles: list[Profile]) -> list[AppState]:
+    """One AppState per configured app; repeated apps get ``#2``, ``#3`` suffixes."""
+    states = []
+    seen: dict[str, int] = {}
+    for i, (spec, profile) in enumerate(zip(cfg.apps, profiles)):
+        seen[profile.app] = seen.get(profile.app, 0) + 1
+        name = profile.app if seen[profile.app] == 1 else f"{profile.app}#{seen[profile.app]}"
+        state = AppState(i, name, profile, spec.quota)
+        state.slo = resolve_slo(spec.slo, state.iso_latency, f"apps[{i}].slo")
+        states.append(state)
+    return states
+
+
+def trace_recorder(backend: Backend) -> TraceRecorder:
+    """A timeline recorder that reads where kernels ran from ``backend``'s launch objects."""
+    return TraceRecorder(backend.placement)
+
+
+def run_config(
+    cfg: RunConfig, progress: Callable[[float], None] | None = None, *, trace: bool = False
+) -> RunResult:
+    """Run one configured co-location and return what it measured.
+
+    With ``trace`` the result carries the run's timeline (``RunResult.trace``).
+    """
+    gpu = get_gpu(cfg.gpu)
+    policy = make_policy(cfg, cfg.mechanism or "mps")
+    profiles = [load_app(a.app, gpu.name) for a in cfg.apps]
+    apps = app_states(cfg, profiles)
+    notes = check_colocation(cfg, apps)
+    loads = [parse_load(a.load, f"apps[{i}].load") for i, a in enumerate(cfg.apps)]
+    if not policy.isolated:
+        backend = make_backend(cfg, gpu)
+        policy = make_policy(cfg, backend.mechanism)
+        runtime = Replay(
+            backend, policy, apps, loads,
+            duration=cfg.duration, warmup=cfg.warmup, seed=cfg.seed, progress=progress,
+            trace=trace_recorder(backend) if trace else None,
+        )
+        result = runtime.run()
+        result.notes.extend(notes)
+        return result
+    # Isolated policies (ISO, MIG): every app on a GPU (slice) of its own.
+    parts = []
+    for i, (app, load) in enumerate(zip(apps, loads)):
+        own_gpu = policy.app_gpu(app, gpu)
+        alone = AppState(0, app.name, app.profile, app.quota, slo=app.slo)
+        backend = make_backend(cfg, own_gpu, seed_offset=i)
+        runtime = Replay(
+            backend, make_policy(cfg, backend.mechanism), [alone], [load],
+            duration=cfg.duration, warmup=cfg.warmup, seed=cfg.seed + i,
+            trace=trace_recorder(backend) if trace else None,
+        )
+        parts.append(runtime.run())
+        if progress is not None:
+            progress((i + 1) / len(apps))
+    result = RunResult.merge(parts, policy.describe(), gpu.name)
+    result.notes.extend(notes)
+    return result
+
+
+def check_colocation(cfg: RunConfig, apps: list[AppState]) -> list[str]:
+    """Consult the KACE gate (``admission`` settings) as if the apps registered in order.
+
+    Returns the warnings; raises :class:`ConfigError` when the gate rejects an app.
+    """
+    try:
+        gate = ColocationGate.from_settings(cfg.admission)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if gate is None:
+        return []
+    notes = []
+    for i, app in enumerate(apps):
+        rejected, warnings = gate.judge(app.name, app.profile, [(a.name, a.profile) for a in apps[:i]])
+        if rejected:
+            raise ConfigError(f"apps[{i}]: admission rejected {app.name!r}: {'; '.join(rejected)}")
+        notes += [f"admission warning: {w}" for w in warnings]
+    return notes

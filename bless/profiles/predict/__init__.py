@@ -1,0 +1,2 @@
+"""The analytic model of how a kernel's time scales with its SMs, and its calibration.
+"""

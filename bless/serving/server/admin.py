@@ -1,0 +1,178 @@
+"""The admin API ``bless.admin.v1.AdminService``: apps, quotas, statistics.
+
+Mutating calls need ``authorization: Bearer <token>`` metadata; reads do not.
+Commands run on the serving loop (:mod:`bless.serving.server.core`), so an app is
+admitted, deployed and persisted between two squads, never during one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import math
+import time
+from typing import Any
+
+import grpc
+
+from bless.serving.api import ADMIN_SERVICE, admin
+from bless.serving.server.core import ServedApp, ServingCore
+from bless.serving.server.errors import Unauthenticated
+from bless.serving.server.rpc import generic_handler
+from bless.serving.server.spec import (
+    check_name,
+    load_profile_for,
+    parse_app_spec,
+    quota_value,
+)
+from bless.serving.server.stats import Summary
+
+TOKEN_HINT = "send the admin token as metadata 'authorization: Bearer <token>' (bless client --token or $BLESS_ADMIN_TOKEN)"
+
+
+def _tensors(specs) -> list[tuple[str, str, list[int]]]:
+    return [(t.name, t.datatype, list(t.shape)) for t in specs]
+
+
+def _summary(target: Any, s: Summary) -> None:
+    target.count = s.count
+    target.mean_seconds = s.mean
+    target.p50_seconds = s.p50
+    target.p90_seconds = s.p90
+    target.p99_seconds = s.p99
+    target.max_seconds = s.max
+
+
+class AdminService:
+    def __init__(self, core: ServingCore, token: str) -> None:
+        self.core = core
+        self._token = token.encode()
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return generic_handler(ADMIN_SERVICE, {
+            "RegisterApp": self.register_app,
+            "UnregisterApp": self.unregister_app,
+            "SetQuota": self.set_quota,
+            "ListApps": self.list_apps,
+            "GetStats": self.get_stats,
+            "ResetStats": self.reset_stats,
+            "InjectFault": self.inject_fault,
+        })
+
+    def _authorize(self, context: Any) -> None:
+        header = dict(context.invocation_metadata() or ()).get("authorization", "")
+        if not header:
+            raise Unauthenticated(f"this call changes the server and needs the admin token: {TOKEN_HINT}")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._token):
+            raise Unauthenticated(f"the admin token is wrong; {TOKEN_HINT}")
+
+    # ------------------------------------------------------------ views
+    def app_info(self, served: ServedApp) -> Any:
+        spec, state = served.spec, served.state
+        T = admin.TensorSpec
+        return admin.AppInfo(
+            name=spec.name,
+            profile=spec.profile,
+            quota=state.quota,
+            memory_bytes=state.profile.memory_bytes,
+            slo_seconds=state.slo or 0.0,
+            iso_latency_seconds=state.iso_latency,
+            solo_latency_seconds=float(state.profile.T[-1]),
+            kernels=state.profile.n_kernels,
+            inputs=[T(name=t.name, datatype=t.datatype, shape=t.shape) for t in spec.inputs],
+            outputs=[T(name=t.name, datatype=t.datatype, shape=t.shape) for t in spec.outputs],
+            state="unregistering" if served.closing else "ready",
+            max_queue=self.core.max_queue,
+        )
+
+    def gpu_info(self) -> Any:
+        core = self.core
+        return admin.GpuInfo(
+            name=core.gpu.name,
+            backend=core.backend.describe(),
+            sm_count=core.gpu.sm_count,
+            memory_bytes=core.gpu.memory_bytes,
+            memory_used_bytes=core.memory_used(),
+            max_restricted_level=core.policy.max_level,
+            squad_size=core.policy.squad_size,
+            split_ratio=core.policy.split_ratio,
+        )
+
+    # ------------------------------------------------------------ mutating
+    async def register_app(self, request: Any, context: Any) -> Any:
+        self._authorize(context)
+        spec = parse_app_spec(
+            request.name, request.profile, request.quota, request.memory_bytes, request.slo,
+            _tensors(request.inputs), _tensors(request.outputs),
+        )
+        profile = await asyncio.to_thread(load_profile_for, spec, self.core.gpu.name)
+        admission, served = await asyncio.wrap_future(self.core.register(spec, profile, request.dry_run))
+        notes = ([admission.reason] if admission.reason else []) + [f"warning: {w}" for w in admission.warnings]
+        reason = "; ".join(notes)
+        response = admin.RegisterAppResponse(admission=admin.Admission(accepted=admission.accepted, reason=reason))
+        if served is not None:
+            response.app.CopyFrom(self.app_info(served))
+        return response
+
+    async def unregister_app(self, request: Any, context: Any) -> Any:
+        self._authorize(context)
+        check_name(request.name)
+        aborted = await asyncio.wrap_future(self.core.unregister(request.name))
+        return admin.UnregisterAppResponse(aborted_requests=aborted)
+
+    async def set_quota(self, request: Any, context: Any) -> Any:
+        self._authorize(context)
+        check_name(request.name)
+        quota = quota_value(request.quota)
+        served = await asyncio.wrap_future(self.core.set_quota(request.name, quota))
+        return admin.SetQuotaResponse(app=self.app_info(served))
+
+    async def reset_stats(self, request: Any, context: Any) -> Any:
+        self._authorize(context)
+        self.core.reset_stats()
+        return admin.ResetStatsResponse()
+
+    async def inject_fault(self, request: Any, context: Any) -> Any:
+        self._authorize(context)
+        check_name(request.name)
+        await asyncio.wrap_future(self.core.inject_fault(request.name, request.kernel, request.count))
+        return admin.InjectFaultResponse()
+
+    # ------------------------------------------------------------ reads
+    async def list_apps(self, request: Any, context: Any) -> Any:
+        return admin.ListAppsResponse(apps=[self.app_info(a) for a in self.core.apps()], gpu=self.gpu_info())
+
+    async def get_stats(self, request: Any, context: Any) -> Any:
+        core = self.core
+        apps = [core.lookup(request.name)] if request.name else core.apps()
+        window = time.monotonic() - core.window_start
+        response = admin.GetStatsResponse(window_seconds=window)
+        for served in apps:
+            snap = served.stats.snapshot(served.state.target)
+            a = response.apps.add(
+                name=served.name,
+                quota=served.state.quota,
+                received=snap.received,
+                queued=max(served.pending - served.running, 0),
+                running=served.running,
+                iso_latency_seconds=served.state.iso_latency,
+                slo_seconds=served.state.slo or 0.0,
+                target_violation_rate=snap.target_violation_rate,
+                throughput_rps=snap.counts["succeeded"] / window if window > 0 else math.nan,
+                **snap.counts,
+            )
+            _summary(a.latency, snap.latency)
+            _summary(a.queue, snap.queue)
+            _summary(a.compute, snap.compute)
+        squads, durations, restricted = core.squad_stats.summary()
+        g = response.gpu
+        g.gpu.CopyFrom(self.gpu_info())
+        g.utilisation = core.gpu_sample.utilisation
+        g.squads = squads
+        g.squad_mean_seconds = durations.mean
+        g.squad_p99_seconds = durations.p99
+        g.restricted_share = restricted
+        g.kernels = core.squad_stats.kernels
+        g.uptime_seconds = time.monotonic() - core.started
+        return response

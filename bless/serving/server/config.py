@@ -1,0 +1,141 @@
+"""Server configuration: a YAML file, overridden by command-line flags.
+
+Example (every key optional)::
+
+    host: 127.0.0.1          # listen address of both ports
+    grpc_port: 8001          # OIP inference + admin API (0: any free port)
+    metrics_port: 8002       # Prometheus /metrics (0: any free port, -1: off)
+    gpu: a100                # GPU model (bless gpus)
+    backend: sim             # sim: simulated GPU in wall-clock time; cuda: a real one
+    mechanism: mps           # how contexts are restricted to SMs (mps | green)
+    pacing: deadline         # BLESS's rule: deadline (default) or paper (squads, bless policies)
+    window: 0.001            # deadline pacing: seconds of each request's kernels per launch
+    squad_size: 50           # paper pacing: kernels per squad
+    split_ratio: 0.5         # paper pacing: Semi-SP's restricted share (or auto)
+    state_dir: ~/.local/state/bless   # registered apps survive restarts here
+    admin_token: null        # null: generated once, kept in <state_dir>/admin-token
+    max_queue: 1024          # requests one app may have queued or running
+    shutdown_grace: 10       # seconds to finish admitted requests on SIGTERM
+    noise: 0.0               # simulated kernel-time noise (lognormal sigma)
+    seed: 0
+    admission:
+      long_kernel_share: 0.25
+      max_kernel_ratio: null # null: squad_size / 2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bless.colocation.advisor import SETTINGS as COLOCATION_SETTINGS
+from bless.colocation.advisor import ColocationGate
+from bless.harness.config import ConfigError, read_yaml
+from bless.hw.gpus import get_gpu
+from bless.policies.bless import PACING, WINDOW, parse_split_ratio
+from bless.serving.server.admission import AdmissionLimits
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "bless"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    gpu: str = "a100"
+    backend: str = "sim"
+    mechanism: str = "mps"
+    pacing: str = "deadline"
+    window: float = WINDOW
+    squad_size: int = 50
+    split_ratio: float | str = 0.5
+    state_dir: Path = field(default_factory=default_state_dir)
+    admin_token: str | None = None
+    max_queue: int = 1024
+    shutdown_grace: float = 10.0
+    noise: float = 0.0
+    seed: int = 0
+    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
+
+    def __post_init__(self) -> None:
+        def bad(key: str, want: str, got: Any) -> ConfigError:
+            return ConfigError(f"{key}: expected {want}, got {got!r}")
+
+        for key in ("grpc_port", "metrics_port"):
+            v = getattr(self, key)
+            lo = -1 if key == "metrics_port" else 0
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= 65535:
+                raise bad(key, f"a port number (0: any free port{', -1: off' if lo < 0 else ''})", v)
+        try:
+            get_gpu(self.gpu)
+        except ValueError as e:
+            raise ConfigError(f"gpu: {e}") from None
+        if self.backend not in ("sim", "cuda"):
+            raise bad("backend", "sim or cuda", self.backend)
+        if self.mechanism not in ("mps", "green"):
+            raise bad("mechanism", "mps or green", self.mechanism)
+        if self.pacing not in PACING:
+            raise bad("pacing", " or ".join(PACING), self.pacing)
+        if isinstance(self.window, bool) or not isinstance(self.window, (int, float)) or not self.window > 0:
+            raise bad("window", "seconds > 0", self.window)
+        if isinstance(self.squad_size, bool) or not isinstance(self.squad_size, int) or self.squad_size < 1:
+            raise bad("squad_size", "an integer >= 1", self.squad_size)
+        try:
+            parse_split_ratio(self.split_ratio)
+        except ValueError:
+            raise bad("split_ratio", "a number in [0, 1] or 'auto'", self.split_ratio) from None
+        if isinstance(self.max_queue, bool) or not isinstance(self.max_queue, int) or self.max_queue < 1:
+            raise bad("max_queue", "an integer >= 1", self.max_queue)
+        if not isinstance(self.shutdown_grace, (int, float)) or self.shutdown_grace < 0:
+            raise bad("shutdown_grace", "seconds >= 0", self.shutdown_grace)
+        if not isinstance(self.noise, (int, float)) or not 0 <= self.noise <= 1:
+            raise bad("noise", "a number in [0, 1]", self.noise)
+        if self.admin_token is not None and (not isinstance(self.admin_token, str) or len(self.admin_token) < 8):
+            raise bad("admin_token", "a string of at least 8 characters (or null to generate one)", "<hidden>")
+
+    def replace(self, **changes: Any) -> "ServerConfig":
+        """A copy with the given keys changed (None values are ignored: unset flags)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def config_from_dict(raw: Any, where: str = "config") -> ServerConfig:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of server settings")
+    known = {f.name for f in dataclasses.fields(ServerConfig)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"{where}: {unknown[0]}: unknown key; known keys: {', '.join(sorted(known))}")
+    values = dict(raw)
+    if "state_dir" in values:
+        values["state_dir"] = Path(os.path.expanduser(str(values["state_dir"])))
+    if "admission" in values:
+        adm = values["admission"] or {}
+        if not isinstance(adm, dict):
+            raise ConfigError(f"{where}: admission: expected a mapping")
+        try:
+            gate = ColocationGate.from_settings({k: adm[k] for k in COLOCATION_SETTINGS if k in adm})
+            limits = {k: v for k, v in adm.items() if k not in COLOCATION_SETTINGS}
+            values["admission"] = AdmissionLimits(**limits, colocation=gate)
+        except TypeError as e:
+            raise ConfigError(
+                f"{where}: admission: {e}; keys: long_kernel_share, max_kernel_ratio, {', '.join(COLOCATION_SETTINGS)}"
+            ) from None
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+    try:
+        return ServerConfig(**values)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def load_server_config(path: Path) -> ServerConfig:
+    return config_from_dict(read_yaml(path), str(path))

@@ -1,0 +1,542 @@
+"""The serving loop: one thread runs BLESS on the GPU; RPC handlers talk to it through an inbox.
+
+Threads and ownership:
+
+* The **loop thread** owns the :class:`~bless.harness.replay.Executor`, the backend
+  and every :class:`~bless.core.lifecycle.AppState`.  Each turn it drains the inbox
+  (new requests, cancellations, admin commands), runs one executor step (on
+  BLESS a squad: launch, then sleep until its simulated kernels end) and
+  answers the requests that finished.
+* **RPC handlers** (the gRPC asyncio thread) never touch scheduler state: they
+  validate, append a message to the inbox, wake the loop (an event while it
+  idles, ``backend.wake()`` while it waits on the GPU) and await the answer,
+  which the loop hands back through a callback.
+
+A lock guards the app table and the per-app request counts that both sides
+read; messages are posted under it, so once the loop has shut down no message
+can slip in unanswered.
+
+Faults and endings, each answered explicitly:
+
+* a full per-app queue (``max_queue`` requests queued or running) refuses new
+  requests (RESOURCE_EXHAUSTED);
+* a cancelled request that has not started is removed from its queue; one
+  already on the GPU runs to the end (kernels cannot be recalled) and is
+  counted as cancelled;
+* unregistering an app fails its queued requests (ABORTED) at once, lets a
+  request already on the GPU finish, then removes the app;
+* a faulting kernel fails its own request only (INTERNAL);
+* on shutdown the loop keeps serving what it has for ``grace`` seconds,
+  then fails whatever is left (UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import math
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable, TypeVar
+
+from bless.backend.interface import Backend, BackendError
+from bless.core.executor import Executor
+from bless.core.lifecycle import AppState, Request
+from bless.policies.bless import BlessPolicy, max_restricted_level
+from bless.profiles.format import Profile
+from bless.serving.server.admission import (
+    Admission,
+    AdmissionLimits,
+    AppDemand,
+    MemoryBudget,
+    admit,
+    contexts_per_app,
+)
+from bless.serving.server.errors import (
+    Aborted,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    KernelFault,
+    NotFound,
+    ResourceExhausted,
+    ServiceError,
+    Unavailable,
+)
+from bless.serving.server.metrics import GpuSample, ServerMetrics
+from bless.serving.server.spec import AppSpec, slo_seconds
+from bless.serving.server.stats import AppStats, SquadStats
+from bless.serving.server.store import StateStore
+
+log = logging.getLogger("bless.serving.server")
+T = TypeVar("T")
+
+GPU_SAMPLE_PERIOD = 0.1
+"""Seconds between refreshes of the GPU figures the metrics endpoint reports."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a request ended: a status of :data:`bless.serving.server.stats.OUTCOMES` and, if not
+    ``succeeded``, the error its RPC answers with."""
+
+    status: str
+    error: ServiceError | None = None
+    latency: float = math.nan
+    queue: float = math.nan
+    compute: float = math.nan
+    sync_wait: float = math.nan
+    """From the end of the last kernel until the host saw it (the rest of its squad)."""
+
+
+@dataclass(eq=False)
+class ServedApp:
+    """A registered app: its registration, scheduler state and measurements."""
+
+    spec: AppSpec
+    state: AppState
+    stats: AppStats = field(default_factory=AppStats)
+    pending: int = 0
+    """Requests queued or running (guarded by the core's lock)."""
+    running: int = 0
+    """Requests with kernels launched (written by the loop)."""
+    closing: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(eq=False)
+class Job:
+    """One inference request in flight: the scheduler's request and how to answer it."""
+
+    request: Request
+    served: ServedApp
+    answer: Callable[[Outcome], None]
+    """Called exactly once, on the loop thread."""
+    cancelled: bool = False
+    finished: bool = False
+
+
+class ServingCore:
+    """BLESS on one GPU behind a thread-safe request/command interface."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        policy: BlessPolicy,
+        *,
+        metrics: ServerMetrics,
+        store: StateStore,
+        max_queue: int,
+        limits: AdmissionLimits,
+    ) -> None:
+        self.backend = backend
+        self.policy = policy
+        self.gpu = backend.gpu
+        self.metrics = metrics
+        self.store = store
+        self.max_queue = max_queue
+        self.limits = limits
+        self.executor = Executor(backend, policy, [])
+        self.executor.on_launch = self._on_launch
+        self.squad_stats = SquadStats()
+        self.gpu_sample = GpuSample(memory_bytes=self.gpu.memory_bytes, sm_count=self.gpu.sm_count)
+        self.started = time.monotonic()
+        self.window_start = time.monotonic()
+        self.failure: str | None = None
+        """Why the loop died, if it did (the server then reports not ready)."""
+        self._lock = threading.Lock()
+        self._apps: dict[str, ServedApp] = {}
+        self._inbox: collections.deque[tuple] = collections.deque()
+        self._wakeup = threading.Event()
+        self._rids = itertools.count(1)
+        self._indices = itertools.count()
+        self._removals: list[tuple[ServedApp, Future, int]] = []
+        self._kernels_seen = 0
+        self._sampled_at = -math.inf
+        self._stopping = False
+        self._closed = False
+        self._stop_deadline = math.inf
+        self._thread = threading.Thread(target=self._run, name="bless-serving-loop", daemon=True)
+
+    # ================================================================ any thread
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, grace: float) -> None:
+        """Refuse new requests, serve the admitted ones for up to ``grace`` s, fail the rest."""
+        with self._lock:
+            self._stopping = True
+            self._stop_deadline = self.backend.now() + grace
+        self._wake()
+        self._thread.join()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def ready(self) -> bool:
+        return self.alive and not self._stopping and self.failure is None
+
+    def apps(self) -> list[ServedApp]:
+        with self._lock:
+            return [a for a in self._apps.values() if not a.closing]
+
+    def lookup(self, name: str) -> ServedApp:
+        with self._lock:
+            served = self._apps.get(name)
+            if served is None or served.closing:
+                known = ", ".join(sorted(n for n, a in self._apps.items() if not a.closing)) or "none"
+                raise NotFound(f"no app {name!r} on this server (registered: {known})")
+            return served
+
+    def submit(self, served: ServedApp, answer: Callable[[Outcome], None]) -> Job:
+        """Queue one inference request of ``served``; ``answer`` gets its outcome."""
+        served.stats.received_one()
+        with self._lock:
+            if self._stopping:
+                raise Unavailable("the server is shutting down; retry on another server")
+            if served.closing or self._apps.get(served.name) is not served:
+                raise NotFound(f"no app {served.name!r} on this server (it was unregistered)")
+            if served.pending >= self.max_queue:
+                served.stats.outcome("rejected")
+                self.metrics.app(served.name).requests["rejected"].inc()
+                raise ResourceExhausted(
+                    f"app {served.name!r} already has {served.pending} requests queued or running, "
+                    f"the most it may have (max_queue); retry later"
+                )
+            served.pending += 1
+            job = Job(Request(next(self._rids), served.state, self.backend.now()), served, answer)
+            job.request.payload = job
+            self._inbox.append(("submit", job))
+        self.metrics.app(served.name).active.inc()
+        self._wake()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """The client gave up: drop the request if it has not started."""
+        self._post(("cancel", job), refuse=False)
+
+    def call(self, body: Callable[[], T]) -> "Future[T]":
+        """Run ``body`` on the loop thread (admin commands); its result or error in the future."""
+        fut: Future = Future()
+        self._post(("call", body, fut))
+        return fut
+
+    def register(self, spec: AppSpec, profile: Profile, dry_run: bool = False) -> "Future[tuple[Admission, ServedApp | None]]":
+        return self.call(lambda: self._register(spec, profile, dry_run, persist=True))
+
+    def set_quota(self, name: str, quota: float) -> "Future[ServedApp]":
+        return self.call(lambda: self._set_quota(name, quota))
+
+    def unregister(self, name: str) -> "Future[int]":
+        """Resolves, with the number of aborted queued requests, once the app is gone."""
+        fut: Future = Future()
+        self._post(("unregister", name, fut))
+        return fut
+
+    def inject_fault(self, name: str, kernel: int, count: int) -> Future:
+        return self.call(lambda: self._inject_fault(name, kernel, count))
+
+    def restore(self) -> None:
+        """Re-register the apps of the state store (at start, before serving)."""
+        for stored in self.store.load():
+            fut = self.call(lambda s=stored: self._register(s.spec, s.profile, dry_run=False, persist=False))
+            try:
+                fut.result()
+                log.info("restored app %r (quota %.0f%%)", stored.spec.name, stored.spec.quota * 100)
+            except ServiceError as e:
+                log.error("could not restore app %r from %s: %s (kept in the store)", stored.spec.name, self.store.path, e)
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            apps = list(self._apps.values())
+        for a in apps:
+            a.stats.reset()
+        self.squad_stats.reset()
+        self.window_start = time.monotonic()
+
+    def memory_used(self) -> int:
+        return int(getattr(self.backend, "memory_used", 0))
+
+    def _post(self, message: tuple, refuse: bool = True) -> None:
+        with self._lock:
+            if self._closed or (refuse and self._stopping):
+                if refuse:
+                    raise Unavailable("the server is shutting down")
+                return
+            self._inbox.append(message)
+        self._wake()
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+        self.backend.wake()
+
+    # ================================================================ loop thread
+    def _run(self) -> None:
+        try:
+            while True:
+                self._wakeup.clear()
+                self._drain()
+                self._complete_removals()
+                busy = self._busy()
+                if self._stopping and (not busy or self.backend.now() >= self._stop_deadline):
+                    break
+                if not busy:
+                    self._wakeup.wait(0.05 if self._stopping else None)
+                    continue
+                step = self.executor.step(math.inf)
+                for req in step.finished:
+                    self._on_finished(req)
+                self._after_step()
+                if not step.launched and not step.finished:
+                    self._wakeup.wait(1e-3)  # the policy chose to wait: do not spin
+        except Exception as e:  # a bug: fail everything loudly rather than hang clients
+            log.exception("the serving loop crashed")
+            self.failure = f"the serving loop crashed: {e!r}"
+        finally:
+            self._shut_down()
+
+    def _busy(self) -> bool:
+        ex = self.executor
+        return bool(ex.launched) or any(a.queue or a.active is not None for a in ex.apps)
+
+    def _drain(self) -> None:
+        while self._inbox:
+            kind, *args = self._inbox.popleft()
+            if kind == "submit":
+                self._on_submit(args[0])
+            elif kind == "cancel":
+                self._on_cancel(args[0])
+            elif kind == "unregister":
+                self._unregister(*args)
+            else:
+                body, fut = args
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(body())
+                    except Exception as e:
+                        fut.set_exception(e)
+
+    def _finish(self, job: Job, outcome: Outcome) -> None:
+        if job.finished:
+            return
+        job.finished = True
+        served = job.served
+        with self._lock:
+            served.pending -= 1
+        m = self.metrics.app(served.name)
+        m.active.dec()
+        if job.request.first_launch is not None:
+            served.running -= 1
+            m.running.set(served.running)
+        served.stats.outcome(outcome.status, outcome.latency, outcome.queue, outcome.compute)
+        m.outcome(outcome.status, outcome.latency, outcome.queue, outcome.compute)
+        try:
+            job.answer(outcome)
+        except Exception:
+            log.exception("answering a request of %r failed", served.name)
+
+    def _on_submit(self, job: Job) -> None:
+        served = job.served
+        if served.closing or not any(a is served.state for a in self.executor.apps):
+            self._finish(job, Outcome("aborted", Aborted(f"app {served.name!r} was unregistered before the request ran")))
+            return
+        served.state.submit(job.request)
+
+    def _on_cancel(self, job: Job) -> None:
+        if job.finished:
+            return
+        req = job.request
+        app = req.app
+        cancelled = Outcome("cancelled", Aborted("cancelled by the client"))
+        if app.withdraw(req):
+            self._finish(job, cancelled)
+        else:
+            job.cancelled = True  # on the GPU: it runs to the end
+
+    def _on_finished(self, req: Request) -> None:
+        job: Job = req.payload
+        name = job.served.name
+        if req.failed:
+            outcome = Outcome("failed", KernelFault(
+                f"a kernel of app {name!r} faulted on the GPU ({req.failed}); only this request failed, retry it"))
+        elif job.cancelled:
+            outcome = Outcome("cancelled", Aborted("cancelled by the client"))
+        else:
+            start = req.first_launch.start
+            outcome = Outcome("succeeded", None, req.end - req.arrival, start - req.arrival, req.end - start,
+                              max(self.backend.now() - req.end, 0.0))
+        self._finish(job, outcome)
+
+    def _on_launch(self, decision) -> None:
+        """A request whose first kernel was just launched is running (counted before the host waits)."""
+        for plan in decision.plans:
+            if plan.start == 0:
+                served = plan.request.payload.served
+                served.running += 1
+                self.metrics.app(served.name).running.set(served.running)
+
+    def _after_step(self) -> None:
+        ex = self.executor
+        kernels = ex.manager.kernels_launched
+        if ex.squads or kernels != self._kernels_seen:
+            self.squad_stats.add(ex.squads, kernels)
+            self.metrics.squads_run(ex.squads, kernels - self._kernels_seen)
+            ex.squads.clear()  # consumed: a long-running server must not keep every squad
+            self._kernels_seen = kernels
+        now = self.backend.now()
+        if now - self._sampled_at >= GPU_SAMPLE_PERIOD:
+            self._sampled_at = now
+            engine = getattr(self.backend, "engine", None)
+            self.gpu_sample = GpuSample(
+                utilisation=self.backend.utilisation(),
+                sm_seconds=engine.stats.sm_seconds if engine is not None else 0.0,
+                memory_used_bytes=self.memory_used(),
+                memory_bytes=self.gpu.memory_bytes,
+                sm_count=self.gpu.sm_count,
+            )
+
+    # ---------------------------------------------------------------- admin (loop thread)
+    def _get(self, name: str) -> ServedApp:
+        served = self._apps.get(name)
+        if served is None or served.closing:
+            raise NotFound(f"no app {name!r} on this server (registered: {', '.join(sorted(self._apps)) or 'none'})")
+        return served
+
+    def _admission(self, state: AppState, replacing: ServedApp | None = None, memory: bool = True) -> Admission:
+        others = [AppDemand.of(s.state) for s in self._apps.values() if s is not replacing]
+        budget = None
+        if memory:
+            mechanism = self.policy.mechanism
+            try:
+                level = min(self.policy.max_level, max_restricted_level([*self.executor.apps, state], self.gpu, mechanism))
+            except ValueError as e:
+                return Admission(False, f"GPU memory exhausted: {e}")
+            per_ctx = self.backend.context_bytes(mechanism)
+            budget = MemoryBudget(self.gpu.memory_bytes, self.memory_used(), per_ctx,
+                                  contexts_per_app(self.gpu, level, mechanism))
+        return admit(AppDemand.of(state), others, budget, self.policy.squad_size, self.limits)
+
+    def _register(self, spec: AppSpec, profile: Profile, dry_run: bool, persist: bool) -> tuple[Admission, ServedApp | None]:
+        if spec.name in self._apps:
+            raise AlreadyExists(f"name: app {spec.name!r} is already registered; unregister it first or pick another name")
+        state = AppState(next(self._indices), spec.name, profile, spec.quota)
+        state.slo = slo_seconds(spec.slo, state.iso_latency)
+        admission = self._admission(state)
+        if dry_run:
+            return admission, None
+        if not admission.accepted:
+            raise FailedPrecondition(f"admission rejected app {spec.name!r}: {admission.reason}")
+        try:
+            self.executor.add_app(state)
+        except (BackendError, ValueError) as e:
+            if state.handle is not None:
+                self.executor.manager.undeploy(state)
+            raise FailedPrecondition(f"cannot deploy app {spec.name!r}: {e}") from None
+        if persist:
+            try:
+                self.store.put(spec, profile)
+            except Exception:
+                self.executor.remove_app(state)
+                raise
+        served = ServedApp(spec, state)
+        self.metrics.app_added(spec.name, spec.quota)  # before requests can find the app
+        with self._lock:
+            self._apps[spec.name] = served
+        log.info("registered app %r: %s, quota %.0f%%", spec.name, spec.profile, spec.quota * 100)
+        return admission, served
+
+    def _set_quota(self, name: str, quota: float) -> ServedApp:
+        served = self._get(name)
+        trial = AppState(served.state.index, name, served.state.profile, quota)
+        trial.slo = slo_seconds(served.spec.slo, trial.iso_latency)
+        admission = self._admission(trial, replacing=served, memory=False)
+        if not admission.accepted:
+            raise FailedPrecondition(f"admission rejected quota {quota:.0%} for app {name!r}: {admission.reason}")
+        spec = served.spec.with_quota(quota)
+        self.store.update_spec(spec)
+        served.state.set_quota(quota)
+        served.state.slo = trial.slo
+        served.spec = spec
+        self.metrics.app(name).quota.set(quota)
+        log.info("app %r: quota %.0f%%", name, quota * 100)
+        return served
+
+    def _unregister(self, name: str, fut: Future) -> None:
+        try:
+            served = self._get(name)
+        except NotFound as e:
+            fut.set_exception(e)
+            return
+        with self._lock:
+            served.closing = True
+        self.store.delete(name)
+        app = served.state
+        gone = Outcome("aborted", Aborted(f"app {name!r} was unregistered before this request ran"))
+        waiting = app.drain()
+        for req in waiting:
+            self._finish(req.payload, gone)
+        self._removals.append((served, fut, len(waiting)))
+        self._complete_removals()
+
+    def _complete_removals(self) -> None:
+        if not self._removals:
+            return
+        left = []
+        for served, fut, aborted in self._removals:
+            if any(r.app is served.state for r in self.executor.launched):
+                left.append((served, fut, aborted))  # a request is on the GPU: let it finish
+                continue
+            if any(a is served.state for a in self.executor.apps):
+                for req in self.executor.remove_app(served.state):
+                    self._finish(req.payload, Outcome("aborted", Aborted(f"app {served.name!r} was unregistered")))
+                with self._lock:
+                    self._apps.pop(served.name, None)
+                self.metrics.app_removed(served.name)
+                log.info("unregistered app %r (%d queued requests aborted)", served.name, aborted)
+            fut.set_result(aborted)
+        self._removals = left
+
+    def _inject_fault(self, name: str, kernel: int, count: int) -> None:
+        served = self._get(name)
+        inject = getattr(self.backend, "inject_fault", None)
+        if inject is None:
+            raise FailedPrecondition(f"fault injection needs the simulated GPU; this server runs {self.backend.describe()}")
+        n = served.state.profile.n_kernels
+        if not 0 <= kernel < n:
+            raise InvalidArgument(f"kernel: app {name!r} has {n} kernels (0..{n - 1}), got {kernel}")
+        inject(served.state.handle, kernel, max(count, 1))
+
+    def _shut_down(self) -> None:
+        """Fail everything still here, explicitly, and refuse what comes later."""
+        with self._lock:
+            self._closed = True
+            self._stopping = True
+        error = Unavailable(self.failure or "the server shut down before this request finished; retry it")
+        left = Outcome("aborted", error)
+        ex = self.executor
+        for app in ex.apps:
+            for req in app.drain():
+                self._finish(req.payload, left)
+        for req in list(ex.launched):
+            self._finish(req.payload, left)
+        while self._inbox:
+            kind, *args = self._inbox.popleft()
+            if kind == "submit":
+                self._finish(args[0], left)
+            elif kind in ("call", "unregister"):
+                args[-1].set_exception(error)
+        for served, fut, aborted in self._removals:
+            fut.set_result(aborted)
+        self._removals = []
+        try:
+            ex.close()
+        except Exception:
+            log.exception("releasing the GPU failed")

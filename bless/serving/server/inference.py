@@ -1,0 +1,161 @@
+"""The inference API: the Open Inference Protocol v2 (``inference.GRPCInferenceService``).
+
+Every registered app is a model with one version, ``1``.  ModelInfer checks
+the inputs against the app's declared tensors, queues the request with the
+BLESS scheduler, and answers when its last kernel has run, with the
+declared outputs and three response parameters (seconds, double):
+``bless_queue_seconds`` (arrival to first kernel), ``bless_compute_seconds``
+(first kernel to last), ``bless_latency_seconds`` (their sum) and
+``bless_sync_wait_seconds`` (from the end of the last kernel until the host saw
+it: squads synchronise, so a request that ends early in a squad is noticed at
+the squad's end).
+ModelStatistics is Triton's statistics extension, cumulative since start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import grpc
+
+import bless
+from bless.serving.api import OIP_SERVICE, oip
+from bless.serving.server.core import Job, Outcome, ServedApp, ServingCore
+from bless.serving.server.errors import NotFound, ServiceError
+from bless.serving.server.rpc import generic_handler
+from bless.serving.server.tensors import decode_inputs, make_outputs, requested_outputs
+
+MODEL_VERSION = "1"
+EXTENSIONS = ("statistics", "parameters")
+
+
+def check_version(name: str, version: str) -> None:
+    if version not in ("", MODEL_VERSION):
+        raise NotFound(f"model {name!r} has no version {version!r}; bless serves version {MODEL_VERSION} only")
+
+
+def _answerer(loop: asyncio.AbstractEventLoop, fut: asyncio.Future):
+    """A callback for the serving loop that settles ``fut`` on the RPC thread's event loop."""
+
+    def settle(outcome: Outcome) -> None:
+        if not fut.done():
+            fut.set_result(outcome)
+
+    def answer(outcome: Outcome) -> None:
+        try:
+            loop.call_soon_threadsafe(settle, outcome)
+        except RuntimeError:
+            pass  # the RPC loop is gone: nobody is waiting any more
+
+    return answer
+
+
+class InferenceService:
+    def __init__(self, core: ServingCore, platform: str) -> None:
+        self.core = core
+        self.platform = platform
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return generic_handler(OIP_SERVICE, {
+            "ServerLive": self.server_live,
+            "ServerReady": self.server_ready,
+            "ModelReady": self.model_ready,
+            "ServerMetadata": self.server_metadata,
+            "ModelMetadata": self.model_metadata,
+            "ModelInfer": self.model_infer,
+            "ModelStatistics": self.model_statistics,
+        })
+
+    async def server_live(self, request: Any, context: Any) -> Any:
+        return oip.ServerLiveResponse(live=True)
+
+    async def server_ready(self, request: Any, context: Any) -> Any:
+        return oip.ServerReadyResponse(ready=self.core.ready)
+
+    async def model_ready(self, request: Any, context: Any) -> Any:
+        try:
+            self.core.lookup(request.name)
+            check_version(request.name, request.version)
+        except NotFound:
+            return oip.ModelReadyResponse(ready=False)
+        return oip.ModelReadyResponse(ready=self.core.ready)
+
+    async def server_metadata(self, request: Any, context: Any) -> Any:
+        return oip.ServerMetadataResponse(name="bless", version=bless.__version__, extensions=EXTENSIONS)
+
+    async def model_metadata(self, request: Any, context: Any) -> Any:
+        served = self.core.lookup(request.name)
+        check_version(request.name, request.version)
+        T = oip.ModelMetadataResponse.TensorMetadata
+        return oip.ModelMetadataResponse(
+            name=served.name,
+            versions=[MODEL_VERSION],
+            platform=self.platform,
+            inputs=[T(name=t.name, datatype=t.datatype, shape=t.shape) for t in served.spec.inputs],
+            outputs=[T(name=t.name, datatype=t.datatype, shape=t.shape) for t in served.spec.outputs],
+        )
+
+    async def model_infer(self, request: Any, context: Any) -> Any:
+        received = time.perf_counter()
+        served = self.core.lookup(request.model_name)
+        try:
+            return await self._infer(served, request, received)
+        except ServiceError:
+            served.stats.response(False, time.perf_counter() - received)
+            raise
+
+    async def _infer(self, served: ServedApp, request: Any, received: float) -> Any:
+        check_version(served.name, request.model_version)
+        inputs, shapes = decode_inputs(request, served.spec.inputs, served.name)
+        wanted = requested_outputs(request, served.spec.outputs, served.name)
+        decoded = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        job: Job = self.core.submit(served, _answerer(loop, fut))
+        try:
+            outcome: Outcome = await fut
+        except asyncio.CancelledError:
+            self.core.cancel(job)
+            raise
+        if outcome.error is not None:
+            raise outcome.error
+        encoding = time.perf_counter()
+        response = oip.ModelInferResponse(model_name=served.name, model_version=MODEL_VERSION, id=request.id)
+        response.parameters["bless_queue_seconds"].double_param = outcome.queue
+        response.parameters["bless_compute_seconds"].double_param = outcome.compute
+        response.parameters["bless_latency_seconds"].double_param = outcome.latency
+        response.parameters["bless_sync_wait_seconds"].double_param = outcome.sync_wait
+        for spec, shape, data in make_outputs(served.name, inputs, shapes, wanted):
+            out = response.outputs.add()
+            out.name = spec.name
+            out.datatype = spec.datatype
+            out.shape.extend(shape)
+            response.raw_output_contents.append(data)
+        done = time.perf_counter()
+        served.stats.response(True, done - received, decoded - received, done - encoding)
+        return response
+
+    async def model_statistics(self, request: Any, context: Any) -> Any:
+        if request.name:
+            apps = [self.core.lookup(request.name)]
+            check_version(request.name, request.version)
+        else:
+            apps = self.core.apps()
+        response = oip.ModelStatisticsResponse()
+        for served in apps:
+            c = served.stats.snapshot(served.state.target).cumulative
+            ms = response.model_stats.add(
+                name=served.name,
+                version=MODEL_VERSION,
+                last_inference=c.last_inference_ms,
+                inference_count=c.success.count,
+                execution_count=c.success.count,
+            )
+            for field in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
+                d = getattr(c, field)
+                target = getattr(ms.inference_stats, field)
+                target.count = d.count
+                target.ns = d.ns
+        return response

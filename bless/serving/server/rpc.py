@@ -1,0 +1,57 @@
+"""Serving a proto service from plain async functions through gRPC's generic handlers.
+
+The message classes come from :mod:`bless.serving.api`'s private descriptor pool, so
+no generated servicer code is involved (see that module for why).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Awaitable, Callable
+
+import grpc
+
+from bless.serving.api import methods
+from bless.serving.server.errors import ServiceError
+
+log = logging.getLogger("bless.serving.server")
+
+Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+def _guarded(name: str, fn: Handler) -> Handler:
+    """Answer a :class:`ServiceError` with its status code; anything else is INTERNAL and logged."""
+
+    @functools.wraps(fn)
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await fn(request, context)
+        except ServiceError as e:
+            await context.abort(e.code, str(e))
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            log.exception("%s failed", name)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{name} failed in the server: {e!r}")
+
+    return call
+
+
+def generic_handler(service: str, implementations: dict[str, Handler]) -> grpc.GenericRpcHandler:
+    """A handler for every method of ``service``; each must have an implementation."""
+    specs = methods(service)
+    missing = sorted(set(specs) - set(implementations))
+    if missing:
+        raise ValueError(f"{service}: no implementation for {', '.join(missing)}")
+    return grpc.method_handlers_generic_handler(
+        service,
+        {
+            name: grpc.unary_unary_rpc_method_handler(
+                _guarded(f"{service}/{name}", implementations[name]),
+                request_deserializer=spec.request.FromString,
+                response_serializer=spec.response.SerializeToString,
+            )
+            for name, spec in specs.items()
+        },
+    )

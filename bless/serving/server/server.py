@@ -1,0 +1,207 @@
+"""One bless server for one GPU: the serving loop, the gRPC services, the metrics endpoint.
+
+Threads: the serving loop (:mod:`bless.serving.server.core`), one asyncio thread for
+the gRPC server (both services, generic handlers), and Prometheus' HTTP
+thread.  :meth:`BlessServer.start` returns once every port is bound;
+:meth:`BlessServer.stop` is the graceful shutdown (also what SIGTERM does
+under ``bless serve``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import secrets
+import threading
+from pathlib import Path
+
+import grpc
+
+from bless.backend.interface import Backend, create_backend
+from bless.core.lifecycle import AppState
+from bless.policies.bless import BlessPolicy
+from bless.serving.server.admin import AdminService
+from bless.serving.server.config import ServerConfig
+from bless.serving.server.core import ServingCore
+from bless.serving.server.inference import InferenceService
+from bless.serving.server.metrics import ServerMetrics
+from bless.serving.server.store import StateStore
+
+log = logging.getLogger("bless.serving.server")
+
+TOKEN_FILE = "admin-token"
+MAX_MESSAGE_BYTES = 64 * 2**20
+GRPC_STOP_GRACE = 2.0
+"""Seconds the gRPC server waits for answered RPCs to be sent when stopping."""
+
+
+def admin_token(cfg: ServerConfig) -> tuple[str, str]:
+    """The admin token and where it came from: the config, else ``<state_dir>/admin-token``
+    (created once, readable by its owner only)."""
+    if cfg.admin_token:
+        return cfg.admin_token, "the configuration"
+    path = cfg.state_dir / TOKEN_FILE
+    try:
+        token = path.read_text().strip()
+        if token:
+            return token, str(path)
+    except FileNotFoundError:
+        pass
+    token = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token, str(path)
+
+
+def make_backend(cfg: ServerConfig) -> Backend:
+    if cfg.backend == "sim":
+        return create_backend("sim", gpu=cfg.gpu, clock="wall", noise_sigma=cfg.noise, seed=cfg.seed,
+                              mechanism=cfg.mechanism)
+    return create_backend(cfg.backend, gpu=cfg.gpu, mechanism=cfg.mechanism)
+
+
+def warm_up(cfg: ServerConfig) -> None:
+    """Run a few squads of two synthetic apps in virtual time before serving.
+
+    The determiner's compiled kernels load on first use (about 0.3 s); without
+    this the first real request would wait for them.
+    """
+    from bless.core.executor import Executor
+    from bless.core.lifecycle import Request
+    from bless.profiles.synthetic import synthetic_profile
+    from bless.sim.backend import SimBackend
+
+    apps = [AppState(i, f"warm-up-{i}", synthetic_profile(f"warm-up-{i}", gpu=cfg.gpu, n_kernels=8, seed=i), 0.5)
+            for i in range(2)]
+    policy = bless_policy(cfg)
+    executor = Executor(SimBackend(cfg.gpu, mechanism=cfg.mechanism), policy, apps)
+    for rid, app in enumerate(apps):
+        app.submit(Request(rid, app, 0.0))
+    while executor.launched or any(a.queue or a.active for a in apps):
+        executor.step(math.inf)
+    executor.close()
+
+
+def bless_policy(cfg: ServerConfig) -> BlessPolicy:
+    """The BLESS policy the server config describes."""
+    return BlessPolicy(squad_size=cfg.squad_size, split_ratio=cfg.split_ratio, mechanism=cfg.mechanism,
+                       pacing=cfg.pacing, window=cfg.window)
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class BlessServer:
+    """Start with :meth:`start` (or ``with``), stop with :meth:`stop`."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.grpc_port: int | None = None
+        self.metrics_port: int | None = None
+        self.token = ""
+        self.token_source = ""
+        self.core: ServingCore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._grpc: grpc.aio.Server | None = None
+        self._httpd = None
+        self._store: StateStore | None = None
+        self._stopped = threading.Event()
+
+    @property
+    def address(self) -> str:
+        """host:port of the gRPC services."""
+        return _address(self.config.host, self.grpc_port)
+
+    def start(self) -> "BlessServer":
+        cfg = self.config
+        try:
+            self._store = StateStore(cfg.state_dir)
+            self.token, self.token_source = admin_token(cfg)
+            warm_up(cfg)
+            backend = make_backend(cfg)
+            policy = bless_policy(cfg)
+            metrics = ServerMetrics(lambda: self.core.gpu_sample)
+            self.core = ServingCore(backend, policy, metrics=metrics, store=self._store, max_queue=cfg.max_queue,
+                                    limits=cfg.admission)
+            self.core.start()
+            self.core.restore()
+            self._loop = asyncio.new_event_loop()
+            self._loop_thread = threading.Thread(target=self._loop.run_forever, name="bless-grpc", daemon=True)
+            self._loop_thread.start()
+            platform = f"bless_{backend.name}"
+            self.grpc_port = asyncio.run_coroutine_threadsafe(self._start_grpc(platform), self._loop).result()
+            if cfg.metrics_port >= 0:
+                self._httpd = metrics.serve(cfg.host, cfg.metrics_port)
+                self.metrics_port = self._httpd.server_port
+        except BaseException:
+            self._release(grace=0.0)
+            raise
+        log.info("serving %s on %s (metrics port %s, state %s)", backend.describe(), self.address,
+                 self.metrics_port, cfg.state_dir)
+        return self
+
+    async def _start_grpc(self, platform: str) -> int:
+        server = grpc.aio.server(options=[
+            ("grpc.so_reuseport", 0),  # a port in use is an error, not a silent second listener
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ])
+        server.add_generic_rpc_handlers((
+            InferenceService(self.core, platform).handler(),
+            AdminService(self.core, self.token).handler(),
+        ))
+        where = _address(self.config.host, self.config.grpc_port)
+        try:
+            port = server.add_insecure_port(where)
+        except RuntimeError as e:
+            raise OSError(f"cannot listen on {where} ({e}); is another server using the port? (grpc_port: 0 picks a free one)") from None
+        await server.start()
+        self._grpc = server
+        return port
+
+    def stop(self, grace: float | None = None) -> None:
+        """Graceful shutdown: new requests get UNAVAILABLE, admitted ones run for up to
+        ``grace`` seconds (default: the config's ``shutdown_grace``), the rest fail explicitly."""
+        if self._stopped.is_set():
+            return
+        self._release(self.config.shutdown_grace if grace is None else grace)
+        log.info("stopped")
+
+    def _release(self, grace: float) -> None:
+        if self.core is not None and self.core.alive:
+            self.core.stop(grace)
+        if self._loop is not None:
+            if self._grpc is not None:
+                asyncio.run_coroutine_threadsafe(self._grpc.stop(GRPC_STOP_GRACE), self._loop).result()
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join()
+            self._loop.close()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._store is not None:
+            self._store.close()
+        self._stopped.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the server has stopped."""
+        return self._stopped.wait(timeout)
+
+    def __enter__(self) -> "BlessServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def state_token(state_dir: Path) -> str | None:
+    """The generated admin token of a server with this state directory, if readable."""
+    try:
+        return (state_dir / TOKEN_FILE).read_text().strip() or None
+    except OSError:
+        return None

@@ -1,0 +1,118 @@
+"""Runtime properties the paper promises: nothing lost or reordered, every
+request completes, a lone request gets the whole GPU, quotas are honoured."""
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from conftest import RecordingBackend
+
+from bless.core.lifecycle import AppState
+from bless.harness.config import config_from_dict
+from bless.harness.loads import ClosedLoop, Poisson, parse_load
+from bless.harness.replay import Replay
+from bless.harness.run import run_config
+from bless.policies.bless import DECIDE_PER_KERNEL, BlessPolicy
+from bless.policies.unbound import UnboundPolicy
+from bless.profiles.synthetic import synthetic_profile
+
+
+def run(policy, profiles, loads, quotas=None, duration=0.3, seed=0, **backend_kw):
+    backend = RecordingBackend("a100", seed=seed, **backend_kw)
+    quotas = quotas or [1 / len(profiles)] * len(profiles)
+    apps = [AppState(i, f"{p.app}{i}", p, q) for i, (p, q) in enumerate(zip(profiles, quotas))]
+    result = Replay(backend, policy, apps, loads, duration=duration, warmup=0.0, seed=seed).run()
+    return backend, result
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [BlessPolicy, lambda: BlessPolicy(pacing="paper"), lambda: BlessPolicy(pacing="paper", split_ratio=1.0),
+     UnboundPolicy],
+)
+def test_no_kernel_lost_duplicated_or_reordered_and_every_request_completes(policy):
+    profiles = [synthetic_profile(f"p{i}", n_kernels=30 + 10 * i, mean_us=20, seed=i) for i in range(3)]
+    loads = [Poisson(300.0), Poisson(200.0), ClosedLoop(0.3)]
+    backend, result = run(policy(), profiles, loads, duration=0.2, noise_sigma=0.05)
+    per_request = defaultdict(list)
+    for req, k, launch in backend.log:
+        per_request[req].append((k, launch))
+    assert per_request, "nothing ran"
+    for req, launches in per_request.items():
+        ks = [k for k, _ in launches]
+        assert ks == list(range(req.n_kernels)), f"request {req.rid}: kernels {ks}"
+        for (_, prev), (_, nxt) in zip(launches, launches[1:]):
+            assert nxt.start >= prev.end - 1e-12, "a request's kernels overlapped"
+        assert req.done and req.end == launches[-1][1].end
+    submitted = sum(a.submitted for a in result.apps)
+    assert submitted == sum(a.completed for a in result.apps) == len(per_request)
+
+
+def test_lone_request_streams_unrestricted_at_its_full_gpu_time():
+    """Deadline pacing: alone, a request is the earliest deadline, runs unrestricted and
+    streams its windows with no barrier -- its full-GPU time plus the first decision and
+    launch (every later window is decided while the one before it runs)."""
+    prof = synthetic_profile("solo", n_kernels=120, mean_us=30, seed=4)
+    policy = BlessPolicy()
+    backend, result = run(policy, [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
+    assert all(launch.stream.context.sm_limit is None for _, _, launch in backend.log)
+    first_window = np.searchsorted(np.cumsum(prof.t[-1]), policy.window) + 1
+    host = first_window * policy.decide_per_kernel + backend.host.launch
+    assert result.apps[0].mean == pytest.approx(prof.T[-1] + host, rel=0.005)
+    assert result.apps[0].mean < result.apps[0].iso_latency
+
+
+def test_lone_request_runs_unrestricted_on_the_whole_gpu():
+    prof = synthetic_profile("solo", n_kernels=120, mean_us=30, seed=4)
+    backend, result = run(BlessPolicy(pacing="paper"), [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
+    assert all(launch.stream.context.sm_limit is None for _, _, launch in backend.log)
+    # Alone, a request takes its full-GPU time plus the host's costs: per squad a sync and a
+    # first launch, and the first squad's scheduling decision; every later squad is decided
+    # while the one before it runs.
+    squads = -(-prof.n_kernels // 50)
+    host = squads * (backend.host.sync + backend.host.launch) + 50 * DECIDE_PER_KERNEL["paper"]
+    assert result.apps[0].mean == pytest.approx(prof.T[-1] + host, rel=0.02)
+    _, serial = run(BlessPolicy(pacing="paper", ahead=False), [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
+    hidden = (prof.n_kernels - 50) * DECIDE_PER_KERNEL["paper"]
+    assert serial.apps[0].mean - result.apps[0].mean == pytest.approx(hidden, rel=1e-6)
+
+
+def test_deterministic_for_a_seed():
+    profiles = [synthetic_profile(f"p{i}", n_kernels=40, mean_us=25, seed=i) for i in range(2)]
+    a = run(BlessPolicy(), profiles, [parse_load("B"), parse_load("A")], seed=3, noise_sigma=0.03)[1]
+    b = run(BlessPolicy(), profiles, [parse_load("B"), parse_load("A")], seed=3, noise_sigma=0.03)[1]
+    assert [x.latencies.tolist() for x in a.apps] == [x.latencies.tolist() for x in b.apps]
+
+
+def test_quota_shapes_the_share_of_kernels_in_squads():
+    """A 70/30 pair of the same app: the 70 % app gets more kernels per squad
+    while both are active and finishes its requests faster."""
+    prof = synthetic_profile("x", n_kernels=200, mean_us=20, seed=5)
+    backend, result = run(BlessPolicy(pacing="paper"), [prof, prof], [parse_load("A"), parse_load("A")],
+                          quotas=[0.7, 0.3])
+    big, small = result.apps
+    assert big.mean < small.mean
+    assert big.mean <= big.iso_latency and small.mean <= small.iso_latency
+
+
+
+def test_pacing_pulls_two_identical_closed_loops_into_lockstep():
+    """While two identical requests overlap, pacing keeps their progress ratios
+    equal, so the later one finishes with the lower latency: the stagger between
+    the closed loops shrinks by about T[100%] / L per cycle
+    (``experiments/lockstep.py`` derives it)."""
+    cfg = config_from_dict({
+        "gpu": "a100", "duration": 0.5, "warmup": 0.0, "seed": 0, "noise": 0.02,
+        "policy": {"name": "bless", "pacing": "paper"},
+        "apps": [{"app": "resnet50", "quota": 0.5, "load": "B"}, {"app": "resnet50", "quota": 0.5, "load": "B"}],
+    })
+    a, b = run_config(cfg).apps
+    assert np.all(np.diff(a.arrivals) > 0) and len(a.arrivals) == len(a.latencies)
+    n = min(len(a.arrivals), len(b.arrivals))
+    gaps = np.abs(b.arrivals[:n] - a.arrivals[:n])
+    assert gaps[0] > 0.2 * a.iso_latency, "the loads should start apart for this test to mean anything"
+    ratios = [y / x for x, y in zip(gaps, gaps[1:]) if x > 0.05 * a.iso_latency]
+    assert len(ratios) >= 3
+    predicted = a.solo_latency / np.mean([a.latencies[0], b.latencies[0]])
+    assert np.median(ratios) == pytest.approx(predicted, abs=0.05)
+    assert gaps[-1] < 0.02 * a.iso_latency
