@@ -100,8 +100,22 @@ def tokens(batch: int, sequence: int = SEQUENCE):
 
 
 APPS = [
-    App(name="bert", batch=4, model=lambda: Bert(LARGE), inputs=tokens, loss=cross_entropy, train_batch=8,
-        description="BERT-large, sequence 128, classification head"),
-    App(name="bert_base", batch=4, model=lambda: Bert(BASE), inputs=tokens, loss=cross_entropy, train_batch=8,
-        description="BERT-base, sequence 128, classification head"),
+    App(
+        name="bert",
+        batch=4,
+        model=lambda: Bert(LARGE),
+        inputs=tokens,
+        loss=cross_entropy,
+        train_batch=8,
+        description="BERT-large, sequence 128, classification head",
+    ),
+    App(
+        name="bert_base",
+        batch=4,
+        model=lambda: Bert(BASE),
+        inputs=tokens,
+        loss=cross_entropy,
+        train_batch=8,
+        description="BERT-base, sequence 128, classification head",
+    ),
 ]

@@ -26,10 +26,14 @@ class SepConv(nn.Module):
     def __init__(self, cin: int, cout: int, k: int, stride: int = 1) -> None:
         super().__init__()
         self.ops = nn.Sequential(
-            nn.ReLU(), nn.Conv2d(cin, cin, k, stride, k // 2, groups=cin, bias=False),
-            nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout),
-            nn.ReLU(), nn.Conv2d(cout, cout, k, 1, k // 2, groups=cout, bias=False),
-            nn.Conv2d(cout, cout, 1, bias=False), nn.BatchNorm2d(cout),
+            nn.ReLU(),
+            nn.Conv2d(cin, cin, k, stride, k // 2, groups=cin, bias=False),
+            nn.Conv2d(cin, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+            nn.ReLU(),
+            nn.Conv2d(cout, cout, k, 1, k // 2, groups=cout, bias=False),
+            nn.Conv2d(cout, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
         )
 
     def forward(self, x):
@@ -63,7 +67,9 @@ class Cell(nn.Module):
 
     def __init__(self, prev_channels: int, channels: int, filters: int, prev_reduced: bool) -> None:
         super().__init__()
-        self.adjust_prev = FactorizedReduce(prev_channels, filters) if prev_reduced else relu_conv_bn(prev_channels, filters)
+        self.adjust_prev = (
+            FactorizedReduce(prev_channels, filters) if prev_reduced else relu_conv_bn(prev_channels, filters)
+        )
         self.adjust = relu_conv_bn(channels, filters)
 
 
@@ -110,7 +116,9 @@ class ReductionCell(Cell):
 
 
 class NASNetAMobile(nn.Module):
-    def __init__(self, filters: int = 44, cells_per_stage: int = 4, stem_filters: int = 32, classes: int = 1000) -> None:
+    def __init__(
+        self, filters: int = 44, cells_per_stage: int = 4, stem_filters: int = 32, classes: int = 1000
+    ) -> None:
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, stem_filters, 3, 2, bias=False), nn.BatchNorm2d(stem_filters))
         cells: list[nn.Module] = []
@@ -128,7 +136,9 @@ class NASNetAMobile(nn.Module):
             prev, cur = cur, cell.out_channels
             prev_reduced = kind == "R"
         self.cells = nn.ModuleList(cells)
-        self.head = nn.Sequential(nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.5), nn.Linear(cur, classes))
+        self.head = nn.Sequential(
+            nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.5), nn.Linear(cur, classes)
+        )
 
     def forward(self, x):
         prev = x = self.stem(x)
@@ -138,6 +148,13 @@ class NASNetAMobile(nn.Module):
 
 
 APPS = [
-    App(name="nasnet", batch=94, model=NASNetAMobile, inputs=images, loss=cross_entropy, train_batch=32,
-        description="NASNet-A Mobile (4 @ 1056), 224x224 images"),
+    App(
+        name="nasnet",
+        batch=94,
+        model=NASNetAMobile,
+        inputs=images,
+        loss=cross_entropy,
+        train_batch=32,
+        description="NASNet-A Mobile (4 @ 1056), 224x224 images",
+    ),
 ]

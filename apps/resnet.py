@@ -38,7 +38,9 @@ class ResNet(nn.Module):
     def __init__(self, blocks=(3, 4, 6, 3), classes: int = 1000) -> None:
         super().__init__()
         self.stem = nn.Sequential(
-            nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+            nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(inplace=True),
             nn.MaxPool2d(3, stride=2, padding=1),
         )
         layers, inplanes = [], 64
@@ -56,8 +58,22 @@ class ResNet(nn.Module):
 
 
 APPS = [
-    App(name="resnet50", batch=16, model=lambda: ResNet((3, 4, 6, 3)), inputs=images, loss=cross_entropy,
-        train_batch=32, description="ResNet-50, 224x224 images"),
-    App(name="resnet101", batch=23, model=lambda: ResNet((3, 4, 23, 3)), inputs=images, loss=cross_entropy,
-        train_batch=32, description="ResNet-101, 224x224 images"),
+    App(
+        name="resnet50",
+        batch=16,
+        model=lambda: ResNet((3, 4, 6, 3)),
+        inputs=images,
+        loss=cross_entropy,
+        train_batch=32,
+        description="ResNet-50, 224x224 images",
+    ),
+    App(
+        name="resnet101",
+        batch=23,
+        model=lambda: ResNet((3, 4, 23, 3)),
+        inputs=images,
+        loss=cross_entropy,
+        train_batch=32,
+        description="ResNet-101, 224x224 images",
+    ),
 ]

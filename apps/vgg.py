@@ -25,8 +25,12 @@ class VGG(nn.Module):
         self.features = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d((7, 7))
         self.classifier = nn.Sequential(
-            nn.Linear(512 * 7 * 7, 4096), nn.ReLU(inplace=True), nn.Dropout(),
-            nn.Linear(4096, 4096), nn.ReLU(inplace=True), nn.Dropout(),
+            nn.Linear(512 * 7 * 7, 4096),
+            nn.ReLU(inplace=True),
+            nn.Dropout(),
+            nn.Linear(4096, 4096),
+            nn.ReLU(inplace=True),
+            nn.Dropout(),
             nn.Linear(4096, classes),
         )
 
@@ -35,6 +39,13 @@ class VGG(nn.Module):
 
 
 APPS = [
-    App(name="vgg11", batch=27, model=VGG, inputs=images, loss=cross_entropy, train_batch=32,
-        description="VGG11 (config A), 224x224 images"),
+    App(
+        name="vgg11",
+        batch=27,
+        model=VGG,
+        inputs=images,
+        loss=cross_entropy,
+        train_batch=32,
+        description="VGG11 (config A), 224x224 images",
+    ),
 ]

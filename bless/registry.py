@@ -8,7 +8,8 @@ factory.  Entries may be registered lazily by import path so that importing
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 

@@ -161,8 +161,12 @@ def run(apps: list[str], gpu_name: str, squads: int, seed: int, noise: float, me
                 continue
             done += 1
             parts, _ = det.best_split(squad)
-            keys: list[Key] = [("nsp",), ("seq",), *(("split", s) for s in splits),
-                               *(("semi_sp", parts, c) for c in SEMI_RATIOS)]
+            keys: list[Key] = [
+                ("nsp",),
+                ("seq",),
+                *(("split", s) for s in splits),
+                *(("semi_sp", parts, c) for c in SEMI_RATIOS),
+            ]
             measured = {k: measure(manager, decisions(squad, k, gpu, mechanism)) for k in keys}
             truth = measured
             if noise > 0:
@@ -179,8 +183,11 @@ def run(apps: list[str], gpu_name: str, squads: int, seed: int, noise: float, me
             fastest_kind.append(min(keys, key=truth.get)[0])
             for label, d, cands in (
                 ("default", det, [("nsp",), ("seq",), ("semi_sp", parts, 0.5)]),
-                ("adaptive", adaptive, [("nsp",), ("seq",), ("split", parts),
-                                        *(("semi_sp", parts, c) for c in SEMI_RATIOS)]),
+                (
+                    "adaptive",
+                    adaptive,
+                    [("nsp",), ("seq",), ("split", parts), *(("semi_sp", parts, c) for c in SEMI_RATIOS)],
+                ),
             ):
                 choice = picked(d.decide(squad))
                 best = min(measured[c] for c in cands)
@@ -225,23 +232,31 @@ def run(apps: list[str], gpu_name: str, squads: int, seed: int, noise: float, me
 
 
 def report(res: dict) -> str:
-    lines = [f"{res['squads']} random two-app squads on the simulated {res['gpu']} ({res['mechanism']}; "
-             f"{res['configs_measured']} configurations measured, {res['wall_seconds']:.1f} s)",
-             "  estimate error per configuration kind (paper: 6.7 % split, 7.1 % no restriction):"]
+    lines = [
+        f"{res['squads']} random two-app squads on the simulated {res['gpu']} ({res['mechanism']}; "
+        f"{res['configs_measured']} configurations measured, {res['wall_seconds']:.1f} s)",
+        "  estimate error per configuration kind (paper: 6.7 % split, 7.1 % no restriction):",
+    ]
     for k in KINDS:
-        lines.append(f"    {k:8s} MAE {res['mae'][k]:5.1%}  p90 {res['p90'][k]:5.1%}  "
-                     f"median measured/estimate {res['median_measured_over_estimate'][k]:.3f}")
+        lines.append(
+            f"    {k:8s} MAE {res['mae'][k]:5.1%}  p90 {res['p90'][k]:5.1%}  "
+            f"median measured/estimate {res['median_measured_over_estimate'][k]:.3f}"
+        )
     vgg = res["median_measured_over_estimate_by_pair"].get("vgg11+vgg11")
     if vgg:
         lines.append(f"  VGG11 pairs: Semi-SP runs at a median {vgg['semi_sp']:.2f}x its estimate")
-    lines.append(f"  default determiner picks a split or SEQ where NSP is faster: "
-                 f"{res['restricted_where_nsp_is_faster']:.1%} of the squads")
+    lines.append(
+        f"  default determiner picks a split or SEQ where NSP is faster: "
+        f"{res['restricted_where_nsp_is_faster']:.1%} of the squads"
+    )
     for label in ("default", "adaptive"):
         kinds = ", ".join(f"{k} {v:.0%}" for k, v in res["picked_kind_share"][label].items() if v)
-        lines.append(f"  {label} determiner picks the fastest of its candidates: {res['picked_fastest'][label]:.1%} "
-                     f"(paper: 96.2 %), the fastest of the noisy runs: {res['picked_fastest_measured'][label]:.1%}; "
-                     f"time lost: mean {res['mean_regret'][label]:.2%}, p99 {res['p99_regret'][label]:.1%}; "
-                     f"picks {kinds}")
+        lines.append(
+            f"  {label} determiner picks the fastest of its candidates: {res['picked_fastest'][label]:.1%} "
+            f"(paper: 96.2 %), the fastest of the noisy runs: {res['picked_fastest_measured'][label]:.1%}; "
+            f"time lost: mean {res['mean_regret'][label]:.2%}, p99 {res['p99_regret'][label]:.1%}; "
+            f"picks {kinds}"
+        )
     return "\n".join(lines)
 
 
@@ -253,8 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--squads", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--noise", type=float, default=0.02, help="per-kernel noise sigma on the simulator")
-    p.add_argument("--out", type=Path, default=None,
-                   help=f"result JSON (default {DEFAULT_OUT.relative_to(HERE.parent)}/<gpu>_<mechanism>.json)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"result JSON (default {DEFAULT_OUT.relative_to(HERE.parent)}/<gpu>_<mechanism>.json)",
+    )
     args = p.parse_args(argv)
     res = run(args.apps, args.gpu, args.squads, args.seed, args.noise, args.mechanism)
     out = args.out or DEFAULT_OUT / f"{res['gpu']}_{args.mechanism}.json"

@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def pairs() -> list[tuple[str, str]]:
-    mutual = [(a, b) for i, a in enumerate(APPS) for b in APPS[i + 1:]]
+    mutual = [(a, b) for i, a in enumerate(APPS) for b in APPS[i + 1 :]]
     return mutual + [(a, a) for a in APPS]
 
 
@@ -62,8 +62,12 @@ def random_squad(states: list[AppState], rng: np.random.Generator, size: int, ri
     return build_squad(reqs, now, size)
 
 
-MODE_KEYS = {"SEQ": lambda parts: ("seq",), "NSP": lambda parts: ("nsp",),
-             "SP": lambda parts: ("split", parts), "Semi-SP": lambda parts: ("semi_sp", parts, 0.5)}
+MODE_KEYS = {
+    "SEQ": lambda parts: ("seq",),
+    "NSP": lambda parts: ("nsp",),
+    "SP": lambda parts: ("split", parts),
+    "Semi-SP": lambda parts: ("semi_sp", parts, 0.5),
+}
 """Each mode as estimator_accuracy.py names the configuration it launches."""
 
 
@@ -94,27 +98,44 @@ def run(squads: int, squad_size: int, seed: int, noise: float) -> dict:
             for mode in MODES:
                 measured[mode] = measure(manager, decisions(squad, MODE_KEYS[mode](parts), gpu, "mps"))
             picked = det.decide(squad).restricted
-            rows.append({"pair": f"{a}+{b}", **measured, "BLESS": measured["Semi-SP" if picked else "NSP"],
-                         "restricted": picked})
+            rows.append(
+                {
+                    "pair": f"{a}+{b}",
+                    **measured,
+                    "BLESS": measured["Semi-SP" if picked else "NSP"],
+                    "restricted": picked,
+                }
+            )
         for st in states:
             manager.undeploy(st)
-    return {"rows": rows, "wall_seconds": time.perf_counter() - t0, "squads_per_pair": squads,
-            "squad_size": squad_size, "seed": seed, "noise_sigma": noise}
+    return {
+        "rows": rows,
+        "wall_seconds": time.perf_counter() - t0,
+        "squads_per_pair": squads,
+        "squad_size": squad_size,
+        "seed": seed,
+        "noise_sigma": noise,
+    }
 
 
 def table(res: dict) -> str:
     """Mean squad duration per pair (us) and relative to SEQ."""
     cols = (*MODES, "BLESS")
-    lines = ["| pair | " + " | ".join(f"{c} (us)" for c in cols) + " | Semi-SP / SEQ | BLESS picks Semi-SP |",
-             "|---|" + "---|" * (len(cols) + 2)]
+    lines = [
+        "| pair | " + " | ".join(f"{c} (us)" for c in cols) + " | Semi-SP / SEQ | BLESS picks Semi-SP |",
+        "|---|" + "---|" * (len(cols) + 2),
+    ]
     by_pair: dict[str, list[dict]] = {}
     for r in res["rows"]:
         by_pair.setdefault(r["pair"], []).append(r)
     for pair, rs in [*by_pair.items(), ("**all**", res["rows"])]:
         means = {c: float(np.mean([r[c] for r in rs])) for c in cols}
         share = float(np.mean([r["restricted"] for r in rs]))
-        lines.append(f"| {pair} | " + " | ".join(f"{means[c] * 1e6:.0f}" for c in cols)
-                     + f" | {means['Semi-SP'] / means['SEQ']:.2f} | {share:.0%} |")
+        lines.append(
+            f"| {pair} | "
+            + " | ".join(f"{means[c] * 1e6:.0f}" for c in cols)
+            + f" | {means['Semi-SP'] / means['SEQ']:.2f} | {share:.0%} |"
+        )
     return "\n".join(lines)
 
 

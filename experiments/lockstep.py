@@ -42,19 +42,30 @@ SHOWN_CYCLES = 6
 
 def staggers(app: str, load: str, duration: float, seed: int, pacing: str) -> dict:
     """Run the symmetric pair under BLESS with ``pacing``; per cycle, B's arrival minus A's."""
-    cfg = config_from_dict({
-        "gpu": "a100", "duration": duration, "warmup": 0.0, "seed": seed, "noise": 0.02,
-        "policy": {"name": "bless", "pacing": pacing},
-        "apps": [{"app": app, "quota": 0.5, "load": load}, {"app": app, "quota": 0.5, "load": load}],
-    })
+    cfg = config_from_dict(
+        {
+            "gpu": "a100",
+            "duration": duration,
+            "warmup": 0.0,
+            "seed": seed,
+            "noise": 0.02,
+            "policy": {"name": "bless", "pacing": pacing},
+            "apps": [{"app": app, "quota": 0.5, "load": load}, {"app": app, "quota": 0.5, "load": load}],
+        }
+    )
     result = run_config(cfg)
     first, second = result.apps
     n = min(len(first.arrivals), len(second.arrivals))
     gaps = np.abs(second.arrivals[:n] - first.arrivals[:n])
     latency = float(np.mean([first.latencies[0], second.latencies[0]]))
     return {
-        "app": app, "load": load, "pacing": pacing, "gaps": gaps, "first_latency": latency,
-        "solo": first.solo_latency, "iso": first.iso_latency,
+        "app": app,
+        "load": load,
+        "pacing": pacing,
+        "gaps": gaps,
+        "first_latency": latency,
+        "solo": first.solo_latency,
+        "iso": first.iso_latency,
         "mean": float(np.mean([first.mean, second.mean])),
     }
 
@@ -71,8 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=2.0, help="seconds of arrivals per run (default 2)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    jobs = [(app, load, args.duration, args.seed, pacing)
-            for pacing in ("paper", "deadline") for app in APPS for load in args.loads.split(",")]
+    jobs = [
+        (app, load, args.duration, args.seed, pacing)
+        for pacing in ("paper", "deadline")
+        for app in APPS
+        for load in args.loads.split(",")
+    ]
     with ProcessPoolExecutor(2) as pool:
         rows = list(pool.map(staggers, *zip(*jobs)))
     cycles = " | ".join(f"g{i}" for i in range(SHOWN_CYCLES))
@@ -82,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         g = r["gaps"]
         shown = " | ".join(f"{x * 1e3:.2f}" for x in g[:SHOWN_CYCLES])
         factor = measured_factor(g, floor=0.02 * r["iso"])
-        print(f"| {r['pacing']} | {r['app']} | {r['load']} | {shown} | {np.mean(g[-10:]) * 1e3:.2f} | {factor:.2f} | "
-              f"{r['solo'] / r['first_latency']:.2f} | {r['mean'] * 1e3:.2f} | {r['iso'] * 1e3:.2f} |")
+        print(
+            f"| {r['pacing']} | {r['app']} | {r['load']} | {shown} | {np.mean(g[-10:]) * 1e3:.2f} | {factor:.2f} | "
+            f"{r['solo'] / r['first_latency']:.2f} | {r['mean'] * 1e3:.2f} | {r['iso'] * 1e3:.2f} |"
+        )
     print("\nStaggers g_i in ms (|B's i-th arrival - A's|); factor: median g_(i+1)/g_i while g_i > 2 % of ISO.")
     return 0
 

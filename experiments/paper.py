@@ -15,14 +15,15 @@ deterministic for its seed, so re-running reproduces the tables exactly
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -67,10 +68,8 @@ def rows_of(name: str) -> list[dict]:
                 r[k] = LOAD_NAMES.get(r[k], r[k])
         for k, v in list(r.items()):
             if v not in ("", None) and k not in ("error",):
-                try:
+                with contextlib.suppress(ValueError):
                     r[k] = float(v)
-                except ValueError:
-                    pass
     return rows
 
 
@@ -90,8 +89,14 @@ def fmt(v: float, digits: int = 1) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
 
 
-def pivot(rows: list[dict], row_key: Callable[[dict], str], metric: str, policies: list[str], digits: int = 1,
-          scale: float = 1.0) -> str:
+def pivot(
+    rows: list[dict],
+    row_key: Callable[[dict], str],
+    metric: str,
+    policies: list[str],
+    digits: int = 1,
+    scale: float = 1.0,
+) -> str:
     """Markdown table: one row per ``row_key``, one column per policy, mean of ``metric`` (unsupported: n/s)."""
     keys = list(dict.fromkeys(row_key(r) for r in rows))
     lines = ["| | " + " | ".join(policies) + " |", "|---|" + "---|" * len(policies)]
@@ -127,8 +132,16 @@ def reductions(rows: list[dict], config_key: Callable[[dict], tuple]) -> dict[st
     return out
 
 
-def bars(rows: list[dict], row_key: Callable[[dict], str], metric: str, policies: list[str], path: Path,
-         title: str, ylabel: str, normalise: str | None = None) -> None:
+def bars(
+    rows: list[dict],
+    row_key: Callable[[dict], str],
+    metric: str,
+    policies: list[str],
+    path: Path,
+    title: str,
+    ylabel: str,
+    normalise: str | None = None,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -158,8 +171,16 @@ def bars(rows: list[dict], row_key: Callable[[dict], str], metric: str, policies
     plt.close(fig)
 
 
-def lines(rows: list[dict], x_key: str, metric: str, series: Callable[[dict], str], path: Path, title: str,
-          xlabel: str, ylabel: str) -> None:
+def lines(
+    rows: list[dict],
+    x_key: str,
+    metric: str,
+    series: Callable[[dict], str],
+    path: Path,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -222,8 +243,10 @@ def attach_bound_ratios(name: str, rows: list[dict]) -> None:
         swept = [tuple(row.get(k) for k in sweep.keys) for row in csv.DictReader(f)]
     for r, key in zip(rows, swept, strict=True):
         if key not in configs:
-            raise SystemExit(f"{name}: run {r['run']:.0f} of runs.csv ({', '.join(map(str, key))}) is not a run of "
-                             f"{name}.yaml; re-run it with --rerun")
+            raise SystemExit(
+                f"{name}: run {r['run']:.0f} of runs.csv ({', '.join(map(str, key))}) is not a run of "
+                f"{name}.yaml; re-run it with --rerun"
+            )
         if ok(r):
             r["bound_ratio"] = num(r.get("mean_latency_ms")) / bound_ms(configs[key])
 
@@ -233,8 +256,9 @@ def bound_means(name: str) -> dict[str, float]:
     rows = rows_of(name)
     attach_bound_ratios(name, rows)
     measured = [r for r in rows if ok(r)]
-    return {p: float(np.nanmean([r["bound_ratio"] for r in measured if r["policy"] == p]))
-            for p in policies_in(measured)}
+    return {
+        p: float(np.nanmean([r["bound_ratio"] for r in measured if r["policy"] == p])) for p in policies_in(measured)
+    }
 
 
 def bound_headline(names: list[str]) -> list[str]:
@@ -245,22 +269,32 @@ def bound_headline(names: list[str]) -> list[str]:
     for n, m in per.items():
         out.append(f"| {n} | " + " | ".join(fmt(m[p], 3) if p in m else "n/s" for p in pols) + " |")
     over = {p: [m[p] for m in per.values() if p in m] for p in pols}
-    out.append("| **mean over the experiments** | "
-               + " | ".join(f"{fmt(float(np.mean(over[p])), 3)} ({len(over[p])})" for p in pols) + " |")
+    out.append(
+        "| **mean over the experiments** | "
+        + " | ".join(f"{fmt(float(np.mean(over[p])), 3)} ({len(over[p])})" for p in pols)
+        + " |"
+    )
     above = 100 * (float(np.mean(over["BLESS"])) - 1)
     verdict = "met" if above <= 10 else "not met"
-    out += ["", f"BLESS's mean latency is {above:.1f} % above the lower bound on average over the "
-            f"{len(over['BLESS'])} inference experiments above (mean of the per-experiment means in the last row); "
-            f"the issue's target, within 10 % of the bound, is {verdict}. Per experiment, each policy's value is the "
-            f"mean over its measured runs (n/s: none ran; in parentheses: experiments averaged). " + BOUND_NOTE]
+    out += [
+        "",
+        f"BLESS's mean latency is {above:.1f} % above the lower bound on average over the "
+        f"{len(over['BLESS'])} inference experiments above (mean of the per-experiment means in the last row); "
+        f"the issue's target, within 10 % of the bound, is {verdict}. Per experiment, each policy's value is the "
+        f"mean over its measured runs (n/s: none ran; in parentheses: experiments averaged). " + BOUND_NOTE,
+    ]
     return out
 
 
 def bound_section(name: str, rows: list[dict], cell: Callable[[dict], str]) -> str:
     """The table of mean latency / lower bound, one row per ``cell``, one column per policy."""
     attach_bound_ratios(name, rows)
-    return "\n".join(["\nMean latency / lower bound (bless bound), per configuration cell. " + BOUND_NOTE + "\n",
-                      pivot(rows, cell, "bound_ratio", policies_in(rows), 3)])
+    return "\n".join(
+        [
+            "\nMean latency / lower bound (bless bound), per configuration cell. " + BOUND_NOTE + "\n",
+            pivot(rows, cell, "bound_ratio", policies_in(rows), 3),
+        ]
+    )
 
 
 # ------------------------------------------------------------------ experiments
@@ -268,14 +302,25 @@ def report_fig13(name: str = "fig13") -> str:
     rows = rows_of(name)
     pols = policies_in(rows)
     key = lambda r: f"{r['apps.0.app']} {r['apps.*.load']}"
-    out = ["Mean latency (ms), pair of identical apps at 50/50, per workload:\n", pivot(rows, key, "mean_latency_ms", pols),
-           "\nLatency deviation (ms, sum over the two apps of max(0, mean - ISO)):\n",
-           pivot(rows, key, "latency_deviation_ms", pols, 2),
-           "\nBLESS's mean latency reduction over each policy (mean over the pair x workload cells):\n",
-           reduction_table(reductions(rows, lambda r: (r["apps.0.app"], r["apps.*.load"]))),
-           bound_section(name, rows, key)]
-    bars(rows, key, "mean_latency_ms", pols, RESULTS / name / f"{name}.png",
-         f"{name}: mean latency relative to ISO (5 symmetric pairs, 50/50)", "mean latency / ISO", "ISO")
+    out = [
+        "Mean latency (ms), pair of identical apps at 50/50, per workload:\n",
+        pivot(rows, key, "mean_latency_ms", pols),
+        "\nLatency deviation (ms, sum over the two apps of max(0, mean - ISO)):\n",
+        pivot(rows, key, "latency_deviation_ms", pols, 2),
+        "\nBLESS's mean latency reduction over each policy (mean over the pair x workload cells):\n",
+        reduction_table(reductions(rows, lambda r: (r["apps.0.app"], r["apps.*.load"]))),
+        bound_section(name, rows, key),
+    ]
+    bars(
+        rows,
+        key,
+        "mean_latency_ms",
+        pols,
+        RESULTS / name / f"{name}.png",
+        f"{name}: mean latency relative to ISO (5 symmetric pairs, 50/50)",
+        "mean latency / ISO",
+        "ISO",
+    )
     return "\n".join(out)
 
 
@@ -283,7 +328,9 @@ def reduction_table(red: dict[str, tuple[float, int]]) -> str:
     pols = [p for p in red if p != "ISO"]
     head = "| | " + " | ".join(pols) + " |\n|---|" + "---|" * len(pols)
     ours = "| ours | " + " | ".join(f"{red[p][0]:+.1f} % ({red[p][1]})" for p in pols) + " |"
-    paper = "| paper | " + " | ".join(f"{PAPER_REDUCTION[p]:.1f} %" if p in PAPER_REDUCTION else "" for p in pols) + " |"
+    paper = (
+        "| paper | " + " | ".join(f"{PAPER_REDUCTION[p]:.1f} %" if p in PAPER_REDUCTION else "" for p in pols) + " |"
+    )
     return "\n".join([head, ours, paper])
 
 
@@ -293,13 +340,25 @@ def report_fig14(name: str = "fig14") -> str:
     for r in rows:
         r["split"] = f"{r['apps.0.quota']}-{r['apps.1.quota']}"
     split = lambda r: r["split"]
-    out = ["Latency deviation (ms), mean over the ten mutual pairs, per quota split (first app - second app):\n",
-           pivot(rows, split, "latency_deviation_ms", pols, 2),
-           "\nMean latency (ms):\n", pivot(rows, split, "mean_latency_ms", pols),
-           "\nPer pair, deviation (ms) averaged over the seven splits:\n", pivot(rows, pair_of, "latency_deviation_ms", pols, 2),
-           bound_section(name, rows, lambda r: f"{pair_of(r)} {r['split']}")]
-    lines(rows, "split", "latency_deviation_ms", lambda r: r["policy"], RESULTS / name / f"{name}.png",
-          "Fig. 14: latency deviation vs quota split (10 mutual pairs, workload B)", "quota split", "latency deviation (ms)")
+    out = [
+        "Latency deviation (ms), mean over the ten mutual pairs, per quota split (first app - second app):\n",
+        pivot(rows, split, "latency_deviation_ms", pols, 2),
+        "\nMean latency (ms):\n",
+        pivot(rows, split, "mean_latency_ms", pols),
+        "\nPer pair, deviation (ms) averaged over the seven splits:\n",
+        pivot(rows, pair_of, "latency_deviation_ms", pols, 2),
+        bound_section(name, rows, lambda r: f"{pair_of(r)} {r['split']}"),
+    ]
+    lines(
+        rows,
+        "split",
+        "latency_deviation_ms",
+        lambda r: r["policy"],
+        RESULTS / name / f"{name}.png",
+        "Fig. 14: latency deviation vs quota split (10 mutual pairs, workload B)",
+        "quota split",
+        "latency deviation (ms)",
+    )
     return "\n".join(out)
 
 
@@ -308,18 +367,31 @@ def report_multi(name: str) -> str:
     pols = policies_in(rows)
     key = lambda r: str(r["apps.*.load"])
     napps = sum(1 for k in rows[0] if k.endswith(".mean_ms"))
-    per_app = ["| load | policy | " + " | ".join(f"{rows[0][f'app{i}.app']} (ms)" for i in range(napps)) + " |",
-               "|---|---|" + "---|" * napps]
+    per_app = [
+        "| load | policy | " + " | ".join(f"{rows[0][f'app{i}.app']} (ms)" for i in range(napps)) + " |",
+        "|---|---|" + "---|" * napps,
+    ]
     for r in rows:
         if ok(r):
-            per_app.append(f"| {r['apps.*.load']} | {r['policy']} | "
-                           + " | ".join(fmt(num(r[f'app{i}.mean_ms'])) for i in range(napps)) + " |")
+            per_app.append(
+                f"| {r['apps.*.load']} | {r['policy']} | "
+                + " | ".join(fmt(num(r[f"app{i}.mean_ms"])) for i in range(napps))
+                + " |"
+            )
     iso = {r["apps.*.load"]: r for r in rows if r["policy"] == "ISO" and ok(r)}
-    out = ["Mean latency (ms, mean over the apps):\n", pivot(rows, key, "mean_latency_ms", pols),
-           "\nLatency deviation (ms, summed over the apps):\n", pivot(rows, key, "latency_deviation_ms", pols, 2),
-           "\nPer app mean latency (ms); ISO targets: "
-           + ", ".join(f"{iso[next(iter(iso))][f'app{i}.app']} {fmt(num(iso[next(iter(iso))][f'app{i}.iso_ms']))}"
-                       for i in range(napps)) + "\n", "\n".join(per_app)]
+    out = [
+        "Mean latency (ms, mean over the apps):\n",
+        pivot(rows, key, "mean_latency_ms", pols),
+        "\nLatency deviation (ms, summed over the apps):\n",
+        pivot(rows, key, "latency_deviation_ms", pols, 2),
+        "\nPer app mean latency (ms); ISO targets: "
+        + ", ".join(
+            f"{iso[next(iter(iso))][f'app{i}.app']} {fmt(num(iso[next(iter(iso))][f'app{i}.iso_ms']))}"
+            for i in range(napps)
+        )
+        + "\n",
+        "\n".join(per_app),
+    ]
     errors = {r["policy"]: r["error"] for r in rows if not ok(r)}
     for p, e in errors.items():
         out.append(f"\n{p}: unsupported -- {e}")
@@ -332,12 +404,25 @@ def report_fig16(name: str = "fig16") -> str:
     rows = rows_of(name)
     pols = policies_in(rows)
     key = lambda r: f"resnet50 8/9 + {r['apps.1.app']} 1/9"
-    out = ["Mean latency (ms) of the 1/9 app (high load, closed loop A):\n", pivot(rows, key, "app1.mean_ms", pols),
-           "\nMean latency (ms) of resnet50 at 8/9 (low load, closed loop C):\n", pivot(rows, key, "app0.mean_ms", pols, 2),
-           "\nLatency deviation (ms):\n", pivot(rows, key, "latency_deviation_ms", pols, 2),
-           bound_section(name, rows, key)]
-    bars(rows, key, "app1.mean_ms", pols, RESULTS / name / f"{name}.png",
-         "Fig. 16 (workload E): latency of the 1/9 app relative to ISO", "mean latency / ISO", "ISO")
+    out = [
+        "Mean latency (ms) of the 1/9 app (high load, closed loop A):\n",
+        pivot(rows, key, "app1.mean_ms", pols),
+        "\nMean latency (ms) of resnet50 at 8/9 (low load, closed loop C):\n",
+        pivot(rows, key, "app0.mean_ms", pols, 2),
+        "\nLatency deviation (ms):\n",
+        pivot(rows, key, "latency_deviation_ms", pols, 2),
+        bound_section(name, rows, key),
+    ]
+    bars(
+        rows,
+        key,
+        "app1.mean_ms",
+        pols,
+        RESULTS / name / f"{name}.png",
+        "Fig. 16 (workload E): latency of the 1/9 app relative to ISO",
+        "mean latency / ISO",
+        "ISO",
+    )
     return "\n".join(out)
 
 
@@ -348,14 +433,27 @@ def report_workload_d(name: str = "workload_d") -> str:
         trace = "azure2021" if "azure2021" in str(r["apps.0.load"]) else "twitter"
         r["case"] = f"{trace} {r['apps.0.quota']}-{r['apps.1.quota']}"
     case = lambda r: r["case"]
-    out = ["Mean latency (ms), mean over the ten mutual pairs:\n", pivot(rows, case, "mean_latency_ms", pols),
-           "\nLatency deviation (ms):\n", pivot(rows, case, "latency_deviation_ms", pols, 2),
-           "\np99 latency of the first app (ms):\n", pivot(rows, case, "app0.p99_ms", pols),
-           "\nBLESS's mean latency reduction over each policy:\n",
-           reduction_table(reductions(rows, lambda r: (pair_of(r), r["case"]))),
-           bound_section(name, rows, lambda r: f"{pair_of(r)} {r['case']}")]
-    bars(rows, case, "mean_latency_ms", pols, RESULTS / name / f"{name}.png",
-         "Workload D (traces): mean latency relative to ISO", "mean latency / ISO", "ISO")
+    out = [
+        "Mean latency (ms), mean over the ten mutual pairs:\n",
+        pivot(rows, case, "mean_latency_ms", pols),
+        "\nLatency deviation (ms):\n",
+        pivot(rows, case, "latency_deviation_ms", pols, 2),
+        "\np99 latency of the first app (ms):\n",
+        pivot(rows, case, "app0.p99_ms", pols),
+        "\nBLESS's mean latency reduction over each policy:\n",
+        reduction_table(reductions(rows, lambda r: (pair_of(r), r["case"]))),
+        bound_section(name, rows, lambda r: f"{pair_of(r)} {r['case']}"),
+    ]
+    bars(
+        rows,
+        case,
+        "mean_latency_ms",
+        pols,
+        RESULTS / name / f"{name}.png",
+        "Workload D (traces): mean latency relative to ISO",
+        "mean latency / ISO",
+        "ISO",
+    )
     return "\n".join(out)
 
 
@@ -365,16 +463,28 @@ def report_fig19(name: str) -> str:
     for r in rows:
         r["series"] = "mean over pairs"
     key = lambda r: r[param] if isinstance(r[param], str) else fmt(r[param], 0 if param == "squad_size" else 1)
-    table = ["| " + param + " | mean latency (ms) | latency deviation (ms) | mean squad (us) | restricted squads |",
-             "|---|---|---|---|---|"]
+    table = [
+        "| " + param + " | mean latency (ms) | latency deviation (ms) | mean squad (us) | restricted squads |",
+        "|---|---|---|---|---|",
+    ]
     for k in dict.fromkeys(key(r) for r in rows):
         sel = [r for r in rows if key(r) == k and ok(r)]
-        table.append(f"| {k} | {fmt(np.mean([r['mean_latency_ms'] for r in sel]), 2)} | "
-                     f"{fmt(np.mean([r['latency_deviation_ms'] for r in sel]), 2)} | "
-                     f"{fmt(np.mean([r['squad_mean_us'] for r in sel]), 0)} | "
-                     f"{np.mean([r['restricted_share'] for r in sel]):.0%} |")
-    lines(rows, param, "mean_latency_ms", lambda r: pair_of(r), RESULTS / name / f"{name}.png",
-          f"Fig. 19: BLESS mean latency vs {param} (10 mutual pairs, 50/50, workload B)", param, "mean latency (ms)")
+        table.append(
+            f"| {k} | {fmt(np.mean([r['mean_latency_ms'] for r in sel]), 2)} | "
+            f"{fmt(np.mean([r['latency_deviation_ms'] for r in sel]), 2)} | "
+            f"{fmt(np.mean([r['squad_mean_us'] for r in sel]), 0)} | "
+            f"{np.mean([r['restricted_share'] for r in sel]):.0%} |"
+        )
+    lines(
+        rows,
+        param,
+        "mean_latency_ms",
+        lambda r: pair_of(r),
+        RESULTS / name / f"{name}.png",
+        f"Fig. 19: BLESS mean latency vs {param} (10 mutual pairs, 50/50, workload B)",
+        param,
+        "mean latency (ms)",
+    )
     return "Means over the ten mutual pairs:\n\n" + "\n".join(table)
 
 
@@ -382,11 +492,24 @@ def report_fig20(name: str = "fig20") -> str:
     rows = rows_of(name)
     pols = policies_in(rows)
     key = lambda r: str(r["apps.*.load"])
-    out = ["Mean latency (ms), mean over the ten mutual pairs at 50/50:\n", pivot(rows, key, "mean_latency_ms", pols, 2),
-           "\nLatency deviation (ms):\n", pivot(rows, key, "latency_deviation_ms", pols, 2),
-           "\nPer pair, mean latency (ms) over A/B/C:\n", pivot(rows, pair_of, "mean_latency_ms", pols, 2)]
-    bars(rows, pair_of, "mean_latency_ms", pols, RESULTS / name / f"{name}.png",
-         "Fig. 20 ablation: mean latency relative to full BLESS", "mean latency / BLESS", "BLESS")
+    out = [
+        "Mean latency (ms), mean over the ten mutual pairs at 50/50:\n",
+        pivot(rows, key, "mean_latency_ms", pols, 2),
+        "\nLatency deviation (ms):\n",
+        pivot(rows, key, "latency_deviation_ms", pols, 2),
+        "\nPer pair, mean latency (ms) over A/B/C:\n",
+        pivot(rows, pair_of, "mean_latency_ms", pols, 2),
+    ]
+    bars(
+        rows,
+        pair_of,
+        "mean_latency_ms",
+        pols,
+        RESULTS / name / f"{name}.png",
+        "Fig. 20 ablation: mean latency relative to full BLESS",
+        "mean latency / BLESS",
+        "BLESS",
+    )
     return "\n".join(out)
 
 
@@ -394,12 +517,22 @@ def report_slo(name: str = "slo") -> str:
     rows = rows_of(name)
     pols = policies_in(rows)
     key = lambda r: f"{'tight' if r['apps.0.slo'] == '1.2x' else 'loose'} ({r['apps.0.slo']}, {r['apps.1.slo']})"
-    out = ["SLO violation rate (% of requests over their SLO, mean over the apps and the ten mutual pairs):\n",
-           pivot(rows, key, "slo_violation_rate", pols, 1, scale=100.0),
-           "\nPer pair (tight and loose together), %:\n", pivot(rows, pair_of, "slo_violation_rate", pols, 1, scale=100.0),
-           bound_section(name, rows, lambda r: f"{pair_of(r)} {key(r)}")]
-    bars(rows, key, "slo_violation_rate", pols, RESULTS / name / f"{name}.png",
-         "SLO violation rate (10 mutual pairs, workload B)", "share of requests over SLO")
+    out = [
+        "SLO violation rate (% of requests over their SLO, mean over the apps and the ten mutual pairs):\n",
+        pivot(rows, key, "slo_violation_rate", pols, 1, scale=100.0),
+        "\nPer pair (tight and loose together), %:\n",
+        pivot(rows, pair_of, "slo_violation_rate", pols, 1, scale=100.0),
+        bound_section(name, rows, lambda r: f"{pair_of(r)} {key(r)}"),
+    ]
+    bars(
+        rows,
+        key,
+        "slo_violation_rate",
+        pols,
+        RESULTS / name / f"{name}.png",
+        "SLO violation rate (10 mutual pairs, workload B)",
+        "share of requests over SLO",
+    )
     return "\n".join(out)
 
 
@@ -425,47 +558,74 @@ def report_isolation(name: str = "isolation") -> str:
     for r in rows:
         r["neighbour"] = neighbour_load(r["apps.1.load"], 1 / t50)
     key = lambda r: r["neighbour"]
-    out = [f"resnet50 at 50 % (closed loop B) beside bert at 50 % under the load in each row; rates in multiples of "
-           f"bert's quota throughput 1/T[50%] = {1 / t50:.1f} requests/s (T[50%] = {t50 * 1e3:.2f} ms, app1.iso_ms).\n",
-           f"resnet50 mean latency (ms); its ISO target is {fmt(ref['app0.iso_ms'], 2)} ms (app0.iso_ms):\n",
-           pivot(rows, key, "app0.mean_ms", pols, 2),
-           "\nresnet50 p99 latency (ms):\n", pivot(rows, key, "app0.p99_ms", pols, 2),
-           "\nbert throughput in multiples of 1/T[50%]: app1.throughput_rps, the requests that arrived in the measured "
-           "window [warmup, duration) and completed, over the window. The run drains every arrival, so for the open "
-           "loops (Poisson, MMPP) this is the offered rate whatever the policy served in the window; only the closed "
-           "loop's value measures service. runs.csv holds no completion times, so bert's latency below tells how "
-           "far each policy fell behind.\n",
-           pivot(rows, key, "app1.throughput_rps", pols, 2, scale=t50),
-           "\nbert mean latency (ms):\n", pivot(rows, key, "app1.mean_ms", pols, 1),
-           "\nbert p99 latency (ms):\n", pivot(rows, key, "app1.p99_ms", pols, 1),
-           bound_section(name, rows, key)]
-    bars(rows, key, "app0.mean_ms", pols, RESULTS / name / f"{name}.png",
-         "Isolation: resnet50 (50 %, closed loop B) mean latency relative to ISO, per bert load", "mean latency / ISO",
-         "ISO")
+    out = [
+        f"resnet50 at 50 % (closed loop B) beside bert at 50 % under the load in each row; rates in multiples of "
+        f"bert's quota throughput 1/T[50%] = {1 / t50:.1f} requests/s (T[50%] = {t50 * 1e3:.2f} ms, app1.iso_ms).\n",
+        f"resnet50 mean latency (ms); its ISO target is {fmt(ref['app0.iso_ms'], 2)} ms (app0.iso_ms):\n",
+        pivot(rows, key, "app0.mean_ms", pols, 2),
+        "\nresnet50 p99 latency (ms):\n",
+        pivot(rows, key, "app0.p99_ms", pols, 2),
+        "\nbert throughput in multiples of 1/T[50%]: app1.throughput_rps, the requests that arrived in the measured "
+        "window [warmup, duration) and completed, over the window. The run drains every arrival, so for the open "
+        "loops (Poisson, MMPP) this is the offered rate whatever the policy served in the window; only the closed "
+        "loop's value measures service. runs.csv holds no completion times, so bert's latency below tells how "
+        "far each policy fell behind.\n",
+        pivot(rows, key, "app1.throughput_rps", pols, 2, scale=t50),
+        "\nbert mean latency (ms):\n",
+        pivot(rows, key, "app1.mean_ms", pols, 1),
+        "\nbert p99 latency (ms):\n",
+        pivot(rows, key, "app1.p99_ms", pols, 1),
+        bound_section(name, rows, key),
+    ]
+    bars(
+        rows,
+        key,
+        "app0.mean_ms",
+        pols,
+        RESULTS / name / f"{name}.png",
+        "Isolation: resnet50 (50 %, closed loop B) mean latency relative to ISO, per bert load",
+        "mean latency / ISO",
+        "ISO",
+    )
     return "\n".join(out)
 
 
 def report_training(name: str = "training") -> str:
     rows = rows_of(name)
     pols = policies_in(rows)
-    table = ["| pair | policy | job 1 iteration (ms) | job 2 iteration (ms) | deviation (ms) | iterations/s (sum) |",
-             "|---|---|---|---|---|---|"]
+    table = [
+        "| pair | policy | job 1 iteration (ms) | job 2 iteration (ms) | deviation (ms) | iterations/s (sum) |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if not ok(r):
             table.append(f"| {pair_of(r)} | {r['policy']} | n/s | n/s | | |")
             continue
-        table.append(f"| {pair_of(r)} | {r['policy']} | {fmt(r['app0.mean_ms'])} | {fmt(r['app1.mean_ms'])} | "
-                     f"{fmt(r['latency_deviation_ms'])} | {fmt(r['app0.throughput_rps'] + r['app1.throughput_rps'])} |")
-    bars(rows, pair_of, "mean_latency_ms", pols, RESULTS / name / f"{name}.png",
-         "Training pairs: mean iteration time relative to ISO", "iteration time / ISO", "ISO")
+        table.append(
+            f"| {pair_of(r)} | {r['policy']} | {fmt(r['app0.mean_ms'])} | {fmt(r['app1.mean_ms'])} | "
+            f"{fmt(r['latency_deviation_ms'])} | {fmt(r['app0.throughput_rps'] + r['app1.throughput_rps'])} |"
+        )
+    bars(
+        rows,
+        pair_of,
+        "mean_latency_ms",
+        pols,
+        RESULTS / name / f"{name}.png",
+        "Training pairs: mean iteration time relative to ISO",
+        "iteration time / ISO",
+        "ISO",
+    )
     return "\n".join(table)
 
 
 def report_headline() -> str:
     """The paper's three headline comparisons, from the results of the other experiments."""
     out = []
-    inference = [n for n in ("fig13", "fig14", "fig15_4apps", "fig15_8apps", "fig16", "workload_d")
-                 if (RESULTS / n / "runs.csv").exists()]
+    inference = [
+        n
+        for n in ("fig13", "fig14", "fig15_4apps", "fig15_8apps", "fig16", "workload_d")
+        if (RESULTS / n / "runs.csv").exists()
+    ]
     red13 = reductions(rows_of("fig13"), lambda r: (r["apps.0.app"], r["apps.*.load"]))
     every: dict[str, list[float]] = {}
     for n in inference:
@@ -480,23 +640,41 @@ def report_headline() -> str:
                 if "BLESS" in c and p in c:
                     every.setdefault(p, []).append(1 - c["BLESS"] / c[p])
     head = "| BLESS's mean latency reduction over | " + " | ".join(BASELINES) + " |\n|---|" + "---|" * len(BASELINES)
-    out += [head,
-            "| paper (inference workloads) | " + " | ".join(f"{PAPER_REDUCTION[p]:.1f} %" for p in BASELINES) + " |",
-            "| ours, Fig. 13 (15 cells) | " + " | ".join(f"{red13[p][0]:+.1f} %" for p in BASELINES) + " |",
-            "| ours, all inference experiments | " + " | ".join(
-                f"{100 * np.mean(every[p]):+.1f} % ({len(every[p])})" for p in BASELINES) + " |"]
+    out += [
+        head,
+        "| paper (inference workloads) | " + " | ".join(f"{PAPER_REDUCTION[p]:.1f} %" for p in BASELINES) + " |",
+        "| ours, Fig. 13 (15 cells) | " + " | ".join(f"{red13[p][0]:+.1f} %" for p in BASELINES) + " |",
+        "| ours, all inference experiments | "
+        + " | ".join(f"{100 * np.mean(every[p]):+.1f} % ({len(every[p])})" for p in BASELINES)
+        + " |",
+    ]
     dev_rows = rows_of("fig14")
     pols = [p for p in ("BLESS", "TEMPORAL", "GSLICE", "MIG", "UNBOUND", "REEF+") if p in policies_in(dev_rows)]
-    out += ["", "| average latency deviation, Fig. 14 (ms) | " + " | ".join(pols) + " |", "|---|" + "---|" * len(pols),
-            "| paper | " + " | ".join(f"{PAPER_DEVIATION[p]:.1f}" if p in PAPER_DEVIATION else "" for p in pols) + " |",
-            "| ours | " + " | ".join(fmt(np.mean([r["latency_deviation_ms"] for r in dev_rows if r["policy"] == p and ok(r)]), 2)
-                                     for p in pols) + " |"]
+    out += [
+        "",
+        "| average latency deviation, Fig. 14 (ms) | " + " | ".join(pols) + " |",
+        "|---|" + "---|" * len(pols),
+        "| paper | " + " | ".join(f"{PAPER_DEVIATION[p]:.1f}" if p in PAPER_DEVIATION else "" for p in pols) + " |",
+        "| ours | "
+        + " | ".join(
+            fmt(np.mean([r["latency_deviation_ms"] for r in dev_rows if r["policy"] == p and ok(r)]), 2) for p in pols
+        )
+        + " |",
+    ]
     slo_rows = rows_of("slo")
     pols = [p for p in ("BLESS", "TEMPORAL", "GSLICE", "MIG", "UNBOUND", "REEF+") if p in policies_in(slo_rows)]
-    out += ["", "| SLO violation rate, §6.5 (%) | " + " | ".join(pols) + " |", "|---|" + "---|" * len(pols),
-            "| paper | 0.6 | 38.8 and 50.1 (two of the baselines) | | | | |",
-            "| ours | " + " | ".join(fmt(100 * np.mean([r["slo_violation_rate"] for r in slo_rows if r["policy"] == p and ok(r)]), 1)
-                                     for p in pols) + " |"]
+    out += [
+        "",
+        "| SLO violation rate, §6.5 (%) | " + " | ".join(pols) + " |",
+        "|---|" + "---|" * len(pols),
+        "| paper | 0.6 | 38.8 and 50.1 (two of the baselines) | | | | |",
+        "| ours | "
+        + " | ".join(
+            fmt(100 * np.mean([r["slo_violation_rate"] for r in slo_rows if r["policy"] == p and ok(r)]), 1)
+            for p in pols
+        )
+        + " |",
+    ]
     bounded = [n for n in BOUND_EXPERIMENTS if (RESULTS / n / "runs.csv").exists()]
     out += ["", *bound_headline(bounded)]
     return "\n".join(out)

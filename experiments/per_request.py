@@ -34,8 +34,12 @@ def cells() -> list[tuple[str, list[dict]]]:
         for load in ("A", "B", "C"):
             out.append((f"{app} pair {load}", [{"app": app, "quota": 0.5, "load": load}] * 2))
     for load in ("poisson:20", "poisson:54", "poisson:100"):
-        out.append((f"resnet50 B + bert {load}",
-                    [{"app": "resnet50", "quota": 0.5, "load": "B"}, {"app": "bert", "quota": 0.5, "load": load}]))
+        out.append(
+            (
+                f"resnet50 B + bert {load}",
+                [{"app": "resnet50", "quota": 0.5, "load": "B"}, {"app": "bert", "quota": 0.5, "load": load}],
+            )
+        )
     quotas = {"resnet50": "10%", "vgg11": "20%", "bert": "30%", "resnet101": "40%"}
     for load in ("A", "B", "C"):
         out.append((f"4 apps {load}", [{"app": a, "quota": q, "load": load} for a, q in quotas.items()]))
@@ -43,9 +47,19 @@ def cells() -> list[tuple[str, list[dict]]]:
 
 
 def lateness(name: str, apps: list[dict], policy: str, duration: float) -> dict:
-    result = run_config(config_from_dict({
-        "gpu": "a100", "duration": duration, "warmup": 0.0, "seed": 0, "noise": 0.02, "policy": policy, "apps": apps,
-    }))
+    result = run_config(
+        config_from_dict(
+            {
+                "gpu": "a100",
+                "duration": duration,
+                "warmup": 0.0,
+                "seed": 0,
+                "noise": 0.02,
+                "policy": policy,
+                "apps": apps,
+            }
+        )
+    )
     late = []
     beyond = []
     for app in result.apps:
@@ -62,8 +76,13 @@ def lateness(name: str, apps: list[dict], policy: str, duration: float) -> dict:
         late.append(d)
         beyond.append(d > kernel)
     d = np.concatenate(late)
-    return {"cell": name, "policy": policy, "requests": len(d),
-            "beyond": float(np.mean(np.concatenate(beyond))), "p99": float(np.percentile(d, 99))}
+    return {
+        "cell": name,
+        "policy": policy,
+        "requests": len(d),
+        "beyond": float(np.mean(np.concatenate(beyond))),
+        "p99": float(np.percentile(d, 99)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,8 +19,9 @@ import ctypes
 import re
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from cuda.bindings import driver as real
@@ -89,21 +90,21 @@ class FakeDevice:
     runs: list[KernelRun] = field(default_factory=list)
 
 
-def _record_smid(fake: "FakeDriver", ctx: Ctx, grid, block, args) -> None:
+def _record_smid(fake: FakeDriver, ctx: Ctx, grid, block, args) -> None:
     """tools/gpu_check.py's record_smid: block i writes the id of an SM of its context."""
     ids = sorted(ctx.sm_ids)
     values = np.array([ids[i % len(ids)] for i in range(grid[0])], dtype=np.uint32)
     m = fake._accessible(args[0], values.nbytes)
-    m.memory[args[0] - m.base:args[0] - m.base + values.nbytes] = values.tobytes()
+    m.memory[args[0] - m.base : args[0] - m.base + values.nbytes] = values.tobytes()
 
 
-def _add_one(fake: "FakeDriver", ctx: Ctx, grid, block, args) -> None:
+def _add_one(fake: FakeDriver, ctx: Ctx, grid, block, args) -> None:
     """tools/gpu_check.py's add_one: buf[i] += 1 for i < n."""
     n = min(args[1], grid[0] * block[0])
     m = fake._accessible(args[0], 4 * n)
     off = args[0] - m.base
-    values = np.frombuffer(bytes(m.memory[off:off + 4 * n]), dtype=np.uint32) + 1
-    m.memory[off:off + 4 * n] = values.astype(np.uint32).tobytes()
+    values = np.frombuffer(bytes(m.memory[off : off + 4 * n]), dtype=np.uint32) + 1
+    m.memory[off : off + 4 * n] = values.astype(np.uint32).tobytes()
 
 
 KERNEL_EFFECTS = {"record_smid": _record_smid, "add_one": _add_one}
@@ -269,7 +270,7 @@ class FakeDriver:
             r = real.CUdevResource()
             r.type = real.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
             r.sm.smCount = min_count
-            self.resources[id(r)] = frozenset(sms[g * min_count:(g + 1) * min_count])
+            self.resources[id(r)] = frozenset(sms[g * min_count : (g + 1) * min_count])
             groups.append(r)
         rest = real.CUdevResource()
         rest.sm.smCount = len(sms) - len(groups) * min_count
@@ -445,7 +446,7 @@ class FakeDriver:
         if m is None:
             return (E.CUDA_ERROR_INVALID_VALUE,)
         off = int(dst) - m.base
-        m.memory[off:off + n] = ctypes.string_at(src, n)
+        m.memory[off : off + n] = ctypes.string_at(src, n)
         return (OK,)
 
     def cuMemcpyDtoH(self, dst, src, n):
@@ -454,7 +455,7 @@ class FakeDriver:
         if m is None:
             return (E.CUDA_ERROR_INVALID_VALUE,)
         off = int(src) - m.base
-        ctypes.memmove(dst, bytes(m.memory[off:off + n]), n)
+        ctypes.memmove(dst, bytes(m.memory[off : off + n]), n)
         return (OK,)
 
     def cuMemsetD8(self, dst, value, n):
@@ -463,13 +464,13 @@ class FakeDriver:
         if m is None:
             return (E.CUDA_ERROR_INVALID_VALUE,)
         off = int(dst) - m.base
-        m.memory[off:off + n] = bytes([value]) * n
+        m.memory[off : off + n] = bytes([value]) * n
         return (OK,)
 
     def read(self, addr: int, n: int) -> bytes:
         m = self._accessible(addr, n)
         assert m is not None, f"address {addr:#x} is not mapped"
-        return bytes(m.memory[addr - m.base:addr - m.base + n])
+        return bytes(m.memory[addr - m.base : addr - m.base + n])
 
     # ------------------------------------------------------------ kernels
     def cuLibraryLoadData(self, code, *options):
@@ -533,7 +534,6 @@ def write_app(root, profile, *, buffers_per_kernel: int = 2, dtype: str = "float
     import json
     from pathlib import Path
 
-
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     names = list(dict.fromkeys(k.name for k in profile.kernels))
@@ -547,15 +547,31 @@ def write_app(root, profile, *, buffers_per_kernel: int = 2, dtype: str = "float
         p, a = 2 * k, 2 * k + 1
         buffers.append({"id": p, "bytes": 4096, "dtype": dtype, "shape": [1024], "role": "param"})
         buffers.append({"id": a, "bytes": 4096, "dtype": dtype, "shape": [1024], "role": "activation"})
-        launches.append({
-            "kernel": desc.name, "image": 0, "grid": list(desc.grid), "block": list(desc.block),
-            "shared_mem_dynamic": desc.shared_mem or 0, "shared_mem_static": 0, "registers": desc.registers,
-            "args": [{"buffer": p}, {"buffer": a}, {"scalar": k, "dtype": "int32"}],
-            "flops": None, "dram_bytes": None,
-        })
-    plan = {"format": "bless-plan", "version": 1, "app": profile.app, "gpu": profile.gpu, "arch": "sm_90",
-            "batch": profile.batch, "images": [{"id": 0, "file": f"{profile.app}.ptx", "kind": "ptx"}],
-            "buffers": buffers, "launches": launches}
+        launches.append(
+            {
+                "kernel": desc.name,
+                "image": 0,
+                "grid": list(desc.grid),
+                "block": list(desc.block),
+                "shared_mem_dynamic": desc.shared_mem or 0,
+                "shared_mem_static": 0,
+                "registers": desc.registers,
+                "args": [{"buffer": p}, {"buffer": a}, {"scalar": k, "dtype": "int32"}],
+                "flops": None,
+                "dram_bytes": None,
+            }
+        )
+    plan = {
+        "format": "bless-plan",
+        "version": 1,
+        "app": profile.app,
+        "gpu": profile.gpu,
+        "arch": "sm_90",
+        "batch": profile.batch,
+        "images": [{"id": 0, "file": f"{profile.app}.ptx", "kind": "ptx"}],
+        "buffers": buffers,
+        "launches": launches,
+    }
     path = root / "plan.json"
     path.write_text(json.dumps(plan))
     prov = dataclasses.replace(profile.provenance, details={**profile.provenance.details, "plan": str(path)})

@@ -74,11 +74,17 @@ def infer_future(address: str, app: str) -> grpc.Future:
     if channel is None:
         channel = _CHANNELS[address] = grpc.insecure_channel(address)
     m = methods(OIP_SERVICE)
-    meta_call = channel.unary_unary(m["ModelMetadata"].path, request_serializer=m["ModelMetadata"].request.SerializeToString,
-                                    response_deserializer=m["ModelMetadata"].response.FromString)
+    meta_call = channel.unary_unary(
+        m["ModelMetadata"].path,
+        request_serializer=m["ModelMetadata"].request.SerializeToString,
+        response_deserializer=m["ModelMetadata"].response.FromString,
+    )
     meta = meta_call(m["ModelMetadata"].request(name=app), timeout=10)
-    call = channel.unary_unary(m["ModelInfer"].path, request_serializer=m["ModelInfer"].request.SerializeToString,
-                               response_deserializer=m["ModelInfer"].response.FromString)
+    call = channel.unary_unary(
+        m["ModelInfer"].path,
+        request_serializer=m["ModelInfer"].request.SerializeToString,
+        response_deserializer=m["ModelInfer"].response.FromString,
+    )
     return call.future(infer_request(app, meta, sample_inputs(meta)), timeout=30)
 
 

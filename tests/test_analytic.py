@@ -18,11 +18,18 @@ from bless.profiles.predict import analytic
 from bless.shared_data import shared_data_dir
 
 
-def kernel(blocks, threads=256, flops=0.0, dram=0.0, registers=32, shared=0, name="fused_conv2d_kernel",
-           precision="fp32"):
+def kernel(
+    blocks, threads=256, flops=0.0, dram=0.0, registers=32, shared=0, name="fused_conv2d_kernel", precision="fp32"
+):
     return analytic.KernelWork(
-        name=name, grid=(blocks, 1, 1), block=(threads, 1, 1), flops=flops, dram_bytes=dram,
-        registers=registers, shared_mem=shared, precision=precision,
+        name=name,
+        grid=(blocks, 1, 1),
+        block=(threads, 1, 1),
+        flops=flops,
+        dram_bytes=dram,
+        registers=registers,
+        shared_mem=shared,
+        precision=precision,
     )
 
 
@@ -63,7 +70,7 @@ def test_memory_bound_kernels_stop_gaining_at_the_bandwidth_knee():
     work = kernel(100000, flops=0.0, dram=4e8, name="fused_add_kernel")
     knee = int(np.ceil(params.mem_knee * A100.sm_count))
     t = analytic.curve(work, A100, range(1, A100.sm_count + 1))
-    assert np.allclose(t[knee - 1:], t[-1])
+    assert np.allclose(t[knee - 1 :], t[-1])
     assert t[knee // 2 - 1] > 1.8 * (t[-1] - params.launch_us * 1e-6)
     assert analytic.max_sm_share(work, A100) <= (knee + 1) / A100.sm_count
 
@@ -110,17 +117,37 @@ def write_plan(root, gpu="h100"):
     (root / "tiny.ptx").write_text("// ptx\n")
     launch = {"image": 0, "args": [{"buffer": 0}, {"buffer": 1}]}
     plan = {
-        "format": "bless-plan", "version": 1, "app": "tiny", "gpu": gpu, "arch": "sm_90", "batch": 8,
+        "format": "bless-plan",
+        "version": 1,
+        "app": "tiny",
+        "gpu": gpu,
+        "arch": "sm_90",
+        "batch": 8,
         "images": [{"id": 0, "file": "tiny.ptx", "kind": "ptx"}],
         "buffers": [
             {"id": 0, "bytes": 1 << 20, "dtype": "float32", "shape": [8, 32768], "role": "input"},
             {"id": 1, "bytes": 1 << 22, "dtype": "float32", "shape": [1024, 1024], "role": "param"},
         ],
         "launches": [
-            {**launch, "kernel": "fused_matmul_kernel", "grid": [512, 1, 1], "block": [128, 1, 1],
-             "shared_mem_static": 8192, "registers": 96, "flops": 4e9, "dram_bytes": 5e6},
-            {**launch, "kernel": "fused_relu_kernel", "grid": [2048, 1, 1], "block": [256, 1, 1],
-             "registers": 16, "flops": None, "dram_bytes": None},
+            {
+                **launch,
+                "kernel": "fused_matmul_kernel",
+                "grid": [512, 1, 1],
+                "block": [128, 1, 1],
+                "shared_mem_static": 8192,
+                "registers": 96,
+                "flops": 4e9,
+                "dram_bytes": 5e6,
+            },
+            {
+                **launch,
+                "kernel": "fused_relu_kernel",
+                "grid": [2048, 1, 1],
+                "block": [256, 1, 1],
+                "registers": 16,
+                "flops": None,
+                "dram_bytes": None,
+            },
         ],
     }
     (root / "plan.json").write_text(json.dumps(plan))
@@ -141,23 +168,29 @@ def test_predicted_profile_round_trips_and_names_its_plan(tmp_path):
     assert again.T[0] > again.T[-1]
 
 
-
 def test_kernels_are_timed_at_the_precision_their_ptx_runs(tmp_path):
     """auto: tensor cores only for a kernel whose PTX issues mma; descriptor-only launches as TF32 libraries."""
     path = write_plan(tmp_path / "build")
     entry = ".visible .entry {}(.param .u64 p0)\n{{\n{}\n  ret;\n}}\n"
     plain = entry.format("fused_matmul_kernel", "  fma.rn.f32 %f1, %f2, %f3, %f4;")
-    (path.parent / "tiny.ptx").write_text("// ptx\n" + plain + entry.format("fused_relu_kernel", "  max.f32 %f1, %f2, %f3;"))
+    (path.parent / "tiny.ptx").write_text(
+        "// ptx\n" + plain + entry.format("fused_relu_kernel", "  max.f32 %f1, %f2, %f3;")
+    )
     plan = load_plan(path)
     auto, fp32, tf32 = (predict_profile(plan, precision=p) for p in ("auto", "fp32", "tf32"))
     assert np.array_equal(auto.t, fp32.t) and auto.t[-1, 0] > tf32.t[-1, 0]
     assert auto.provenance.details["launches_timed_tf32"] == 0
-    mma = entry.format("fused_matmul_kernel", "  mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%f1}, {%r1}, {%r2}, {%f2};")
-    (path.parent / "tiny.ptx").write_text("// ptx\n" + mma + entry.format("fused_relu_kernel", "  max.f32 %f1, %f2, %f3;"))
+    mma = entry.format(
+        "fused_matmul_kernel", "  mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%f1}, {%r1}, {%r2}, {%f2};"
+    )
+    (path.parent / "tiny.ptx").write_text(
+        "// ptx\n" + mma + entry.format("fused_relu_kernel", "  max.f32 %f1, %f2, %f3;")
+    )
     auto = predict_profile(load_plan(path), precision="auto")
     assert np.array_equal(auto.t, tf32.t) and auto.provenance.details["launches_timed_tf32"] == 1
-    eager = predict_profile(replace(plan, images=(), launches=tuple(replace(x, image=None) for x in plan.launches),
-                                    descriptor_only=True))
+    eager = predict_profile(
+        replace(plan, images=(), launches=tuple(replace(x, image=None) for x in plan.launches), descriptor_only=True)
+    )
     assert eager.provenance.details["launches_timed_tf32"] == 2
     with pytest.raises(ValueError, match="precision must be auto"):
         predict_profile(plan, precision="fp16")
@@ -166,10 +199,15 @@ def test_kernels_are_timed_at_the_precision_their_ptx_runs(tmp_path):
 def test_bless_run_accepts_a_predicted_profile(tmp_path):
     profile = predict_profile(load_plan(write_plan(tmp_path / "build")))
     path = profile.save(tmp_path / "tiny.json")
-    cfg = config_from_dict({
-        "gpu": "h100", "duration": 0.05, "warmup": 0.0, "noise": 0.0,
-        "apps": [{"app": str(path), "quota": 0.5, "load": "C"}, {"app": str(path), "quota": 0.5, "load": "C"}],
-    })
+    cfg = config_from_dict(
+        {
+            "gpu": "h100",
+            "duration": 0.05,
+            "warmup": 0.0,
+            "noise": 0.0,
+            "apps": [{"app": str(path), "quota": 0.5, "load": "C"}, {"app": str(path), "quota": 0.5, "load": "C"}],
+        }
+    )
     result = run_config(cfg)
     assert all(a.completed > 0 for a in result.apps)
 
@@ -228,8 +266,13 @@ def test_bless_profile_builds_and_predicts_a_users_model(tmp_path, monkeypatch):
     profile = load_profile(out / "h100" / "user_mlp.json")
     assert profile.provenance.method == "predicted"
     assert profile.provenance.details["simulated_check"]["kernel_runs"] == 18 * profile.n_kernels
-    cfg = config_from_dict({
-        "gpu": "h100", "duration": 0.02, "warmup": 0.0, "noise": 0.0,
-        "apps": [{"app": str(out / "h100" / "user_mlp.json"), "quota": 1.0, "load": "C"}],
-    })
+    cfg = config_from_dict(
+        {
+            "gpu": "h100",
+            "duration": 0.02,
+            "warmup": 0.0,
+            "noise": 0.0,
+            "apps": [{"app": str(out / "h100" / "user_mlp.json"), "quota": 1.0, "load": "C"}],
+        }
+    )
     assert run_config(cfg).apps[0].completed > 0

@@ -62,7 +62,7 @@ def test_training_plan_lists_forward_backward_and_optimizer_ops_in_order(train_b
     backward = [k for k, p in zip(kernels, phases) if p == "backward"]
     optimizer = [k for k, p in zip(kernels, phases) if p == "optimizer"]
     assert forward[:3] == ["aten.convolution", "aten.relu", "aten.addmm"]
-    assert "aten.convolution_backward" == backward[-1]  # the first layer's gradient is the last one computed
+    assert backward[-1] == "aten.convolution_backward"  # the first layer's gradient is the last one computed
     assert backward.count("aten.mm") == 2  # the Linear's input and weight gradients
     # SGD with momentum, foreach: buf = momentum * buf + grad; param -= lr * buf
     assert optimizer == ["aten._foreach_mul_", "aten._foreach_add_", "aten._foreach_add_"]
@@ -139,7 +139,7 @@ def test_eager_forward_trace_is_the_inference_part_at_the_asked_batch(train_buil
     assert fc.flops == 2 * 2 * 512 * 10
     assert relu.flops is None and relu.dram_bytes == 2 * 2 * 8 * 8 * 8 * 4  # read and write, fp32
     launches = descriptor_launches(ops)
-    assert [(l.kernel, l.flops, l.grid) for l in launches] == [(o.op, o.flops, None) for o in ops]
+    assert [(k.kernel, k.flops, k.grid) for k in launches] == [(o.op, o.flops, None) for o in ops]
 
 
 def test_cli_profiles_a_training_iteration(train_build, tmp_path, capsys):

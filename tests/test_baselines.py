@@ -57,8 +57,9 @@ def test_every_baseline_completes_every_request_in_order(name):
 
 def test_iso_meets_the_quota_latency_without_noise():
     # 1/2 and 1/3 of 108 SMs are whole TPCs: no rounding, so ISO is T[quota] plus launch costs.
-    result = run_config(config("iso", [{"app": "resnet50", "quota": 0.5, "load": "C"},
-                                       {"app": "bert", "quota": "1/3", "load": "B"}]))
+    result = run_config(
+        config("iso", [{"app": "resnet50", "quota": 0.5, "load": "C"}, {"app": "bert", "quota": "1/3", "load": "B"}])
+    )
     for app in result.apps:
         assert app.completed > 5
         assert app.mean == pytest.approx(app.iso_latency, rel=0.005)
@@ -78,11 +79,15 @@ def test_mig_rejects_a_quota_it_cannot_express():
 
 
 def test_mig_exact_slices_and_recorded_rounding():
-    cfg = config("mig", [{"app": "resnet50", "quota": "4/7", "load": "C"}, {"app": "bert", "quota": "3/7", "load": "C"}])
+    cfg = config(
+        "mig", [{"app": "resnet50", "quota": "4/7", "load": "C"}, {"app": "bert", "quota": "3/7", "load": "C"}]
+    )
     result = run_config(cfg)
     assert result.policy["slices"] == "4g.20gb+3g.20gb"
-    cfg = config({"name": "mig", "rounding": "nearest"},
-                 [{"app": "resnet50", "quota": 0.5, "load": "C"}, {"app": "resnet50", "quota": 0.5, "load": "C"}])
+    cfg = config(
+        {"name": "mig", "rounding": "nearest"},
+        [{"app": "resnet50", "quota": 0.5, "load": "C"}, {"app": "resnet50", "quota": 0.5, "load": "C"}],
+    )
     result = run_config(cfg)
     assert result.policy == {"policy": "mig", "rounding": "nearest", "slices": "3g.20gb+3g.20gb"}
     # A 3g slice has 42 SMs, fewer than the quota's 54: slower than ISO.
@@ -128,14 +133,14 @@ def test_bandwidth_share_stretches_a_memory_bound_kernel_alone():
 def test_temporal_gives_time_in_proportion_to_quota():
     prof = synthetic_profile("t", n_kernels=60, mean_us=40, seed=3)
     loads = [ClosedLoop(0.0), ClosedLoop(0.0)]  # both always have work
-    backend, result = simulate(TemporalPolicy(slice=1e-3), [prof, prof], loads, [1 / 3, 2 / 3], duration=0.5)
+    backend, _result = simulate(TemporalPolicy(slice=1e-3), [prof, prof], loads, [1 / 3, 2 / 3], duration=0.5)
     busy = defaultdict(float)
     for req, _, run in backend.log:
         busy[req.app.index] += run.end - run.start
     assert busy[1] / busy[0] == pytest.approx(2.0, rel=0.1)
     # One app at a time: kernels of different apps never overlap.
     runs = sorted(((run.start, run.end, req.app.index) for req, _, run in backend.log))
-    for (s0, e0, a0), (s1, e1, a1) in zip(runs, runs[1:]):
+    for (_s0, e0, a0), (s1, _e1, a1) in zip(runs, runs[1:]):
         if a0 != a1:
             assert s1 >= e0 - 1e-12
 
@@ -155,7 +160,7 @@ def test_gslice_starts_at_the_quotas_and_moves_sms_to_the_loaded_app():
     light = synthetic_profile("l", n_kernels=50, mean_us=40, seed=2)
     policy = GslicePolicy(period=0.05)
     # The first app is saturated (closed loop with no think time); the second rarely sends.
-    backend, result = simulate(policy, [heavy, light], [ClosedLoop(0.0), Poisson(20.0)], [0.5, 0.5], duration=0.6)
+    backend, _result = simulate(policy, [heavy, light], [ClosedLoop(0.0), Poisson(20.0)], [0.5, 0.5], duration=0.6)
     first = [run for req, _, run in backend.log if req.app.index == 0]
     assert first[0].stream.context.sm_limit == 54
     assert policy.resizes > 0

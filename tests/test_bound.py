@@ -42,9 +42,7 @@ CONFIGS = {
 
 
 def config(policy, apps):
-    return config_from_dict(
-        {"policy": policy, "duration": 1.0, "warmup": 0.1, "noise": 0.0, "seed": 0, "apps": apps}
-    )
+    return config_from_dict({"policy": policy, "duration": 1.0, "warmup": 0.1, "noise": 0.0, "seed": 0, "apps": apps})
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -131,8 +129,10 @@ def test_bad_input_names_the_field(tmp_path, capsys):
 
 def test_cli_prints_the_bound(tmp_path, capsys):
     path = tmp_path / "pair.yaml"
-    path.write_text("name: pair\nduration: 1\napps:\n  - {app: resnet50, quota: 0.5, load: B}\n"
-                    "  - {app: resnet50, quota: 0.5, load: B}\n")
+    path.write_text(
+        "name: pair\nduration: 1\napps:\n  - {app: resnet50, quota: 0.5, load: B}\n"
+        "  - {app: resnet50, quota: 0.5, load: B}\n"
+    )
     assert main(["bound", str(path), "--set", "apps.1.load=poisson:50"]) == 0
     out = capsys.readouterr().out
     assert "mean over apps" in out and "poisson 50/s" in out and "8.245" in out

@@ -18,9 +18,13 @@ def fitted(tmp_path_factory):
     g = generate(apps, "a100", 0.03)
     model = KaceModel.fit(
         pair_matrix(g.features, [(p.workload1, p.workload2) for p in g.pairs]),
-        np.array([p.throughput1 / g.features.column("solo_throughput")[g.features.index(p.workload1)]
-                  + p.throughput2 / g.features.column("solo_throughput")[g.features.index(p.workload2)]
-                  for p in g.pairs]),
+        np.array(
+            [
+                p.throughput1 / g.features.column("solo_throughput")[g.features.index(p.workload1)]
+                + p.throughput2 / g.features.column("solo_throughput")[g.features.index(p.workload2)]
+                for p in g.pairs
+            ]
+        ),
         g.features.columns,
     )
     path = model.save(tmp_path_factory.mktemp("kace") / "model.json")
@@ -42,7 +46,7 @@ def test_rank_orders_candidates_by_predicted_sum(fitted):
 
 
 def test_gate_warns_or_rejects_below_the_threshold(fitted):
-    apps, _, model, path = fitted
+    apps, _, _model, path = fitted
     others = [(p.app, p) for p in apps[1:3]]
     warn = ColocationGate.from_settings({"kace_model": str(path), "min_throughput_sum": 10})
     rejected, warnings = warn.judge("new", apps[0], others)
@@ -71,8 +75,9 @@ def test_server_admission_consults_the_gate(fitted):
     apps, _, _, path = fitted
     states = [AppState(i, p.app, p, 0.3) for i, p in enumerate(apps[:3])]
     demands = [AppDemand.of(s) for s in states]
-    strict = AdmissionLimits(colocation=ColocationGate.from_settings(
-        {"kace_model": str(path), "min_throughput_sum": 10, "action": "reject"}))
+    strict = AdmissionLimits(
+        colocation=ColocationGate.from_settings({"kace_model": str(path), "min_throughput_sum": 10, "action": "reject"})
+    )
     answer = admit(demands[0], demands[1:], None, 50, strict)
     assert not answer.accepted and "KACE predicts" in answer.reason
     warn = AdmissionLimits(colocation=ColocationGate.from_settings({"kace_model": str(path), "min_throughput_sum": 10}))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("cuda.bindings.driver", reason="cuda-python is not installed (pip install '.[cuda]')")
-from cuda_fake import FakeDevice, FakeDriver, timing_from, write_app  # noqa: E402
+from cuda_fake import FakeDevice, FakeDriver, timing_from, write_app
 
 from bless.backend.interface import BackendError
 from bless.build.profiler import profile_app
@@ -280,7 +280,7 @@ def test_profiler_measures_every_level_through_green_contexts(fake, apps):
     # kernel reaches the GPU, so it carries the host's launch latency (Python here: tens of us).
     assert np.all(measured.t[:, 1:] <= truth[:, 1:] + 2e-6)
     assert np.all(measured.t[:, 0] <= truth[:, 0] + 500e-6)
-    assert np.all(measured.T >= measured.t.sum(axis=1))
+    assert np.all(measured.t.sum(axis=1) <= measured.T)
     assert report.kernel_runs == 18 * 4 * 4
     b.close()
 
@@ -312,7 +312,7 @@ def test_recorded_calls_match_the_real_bindings_signatures(fake, apps):
     try:
         real.cuDriverGetVersion()
         pytest.skip("a CUDA driver is present: replaying fake handles against it would be unsafe")
-    except Exception:  # noqa: BLE001 - no driver: what this test needs
+    except Exception:
         pass
     b = backend(fake)
     app = b.deploy(apps[0])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("cuda.bindings.driver", reason="cuda-python is not installed (pip install '.[cuda]')")
-from cuda_fake import FakeDevice, FakeDriver  # noqa: E402
+from cuda_fake import FakeDevice, FakeDriver
 
 from bless.cuda.backend import CudaBackend
 from bless.cuda.driver import probe

@@ -89,7 +89,12 @@ def test_initial_contents_by_role_and_dtype():
 
 # ------------------------------------------------------------------ kernel parameters
 def test_pack_args_points_at_values_of_the_right_type():
-    args = [Arg(buffer=7), Arg(scalar=-3, dtype="int32"), Arg(scalar=2.5, dtype="float32"), Arg(scalar=2**40, dtype="int64")]
+    args = [
+        Arg(buffer=7),
+        Arg(scalar=-3, dtype="int32"),
+        Arg(scalar=2.5, dtype="float32"),
+        Arg(scalar=2**40, dtype="int64"),
+    ]
     packed = pack_args(args, {7: 0x7F0000001000})
     ptrs = np.frombuffer(ctypes.string_at(packed.address, 8 * len(args)), dtype=np.uint64)
     assert int(np.frombuffer(ctypes.string_at(int(ptrs[0]), 8), np.uint64)[0]) == 0x7F0000001000
@@ -163,11 +168,23 @@ def test_estimated_start_is_the_latest_lower_bound():
 # ------------------------------------------------------------------ plans
 def _plan_dict(**over):
     d = {
-        "format": "bless-plan", "version": 1, "app": "tiny", "gpu": "h100", "arch": "sm_90", "batch": 1,
+        "format": "bless-plan",
+        "version": 1,
+        "app": "tiny",
+        "gpu": "h100",
+        "arch": "sm_90",
+        "batch": 1,
         "images": [{"id": 0, "file": "tiny.ptx", "kind": "ptx"}],
         "buffers": [{"id": 0, "bytes": 64, "dtype": "float32", "shape": [16], "role": "input"}],
-        "launches": [{"kernel": "k", "image": 0, "grid": [1, 1, 1], "block": [32, 1, 1],
-                      "args": [{"buffer": 0}, {"scalar": 16, "dtype": "int32"}]}],
+        "launches": [
+            {
+                "kernel": "k",
+                "image": 0,
+                "grid": [1, 1, 1],
+                "block": [32, 1, 1],
+                "args": [{"buffer": 0}, {"scalar": 16, "dtype": "int32"}],
+            }
+        ],
     }
     d.update(over)
     return d
@@ -187,10 +204,24 @@ def test_load_plan_reads_the_spec_format(tmp_path):
         ({"format": "other"}, "format"),
         ({"launches": [{"kernel": "k", "image": 3, "grid": [1, 1, 1], "block": [1, 1, 1]}]}, r"launches\[0\].image"),
         ({"launches": [{"kernel": "k", "image": 0, "grid": [0, 1, 1], "block": [1, 1, 1]}]}, r"launches\[0\].grid"),
-        ({"launches": [{"kernel": "k", "image": 0, "grid": [1, 1, 1], "block": [1, 1, 1],
-                        "args": [{"buffer": 9}]}]}, r"launches\[0\].args\[0\].buffer"),
-        ({"launches": [{"kernel": "k", "image": 0, "grid": [1, 1, 1], "block": [1, 1, 1],
-                        "args": [{"scalar": 1.5, "dtype": "int32"}]}]}, r"args\[0\].scalar"),
+        (
+            {"launches": [{"kernel": "k", "image": 0, "grid": [1, 1, 1], "block": [1, 1, 1], "args": [{"buffer": 9}]}]},
+            r"launches\[0\].args\[0\].buffer",
+        ),
+        (
+            {
+                "launches": [
+                    {
+                        "kernel": "k",
+                        "image": 0,
+                        "grid": [1, 1, 1],
+                        "block": [1, 1, 1],
+                        "args": [{"scalar": 1.5, "dtype": "int32"}],
+                    }
+                ]
+            },
+            r"args\[0\].scalar",
+        ),
         ({"buffers": [{"id": 0, "bytes": 4, "dtype": "float8", "role": "input"}]}, r"buffers\[0\].dtype"),
         ({"buffers": [{"id": 0, "bytes": 4, "dtype": "float32", "role": "weights"}]}, r"buffers\[0\].role"),
     ],

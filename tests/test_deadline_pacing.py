@@ -10,10 +10,22 @@ from bless.policies.bless import WINDOW, BlessPolicy, parse_pacing
 
 
 def pair(neighbour_load, policy="bless", duration=1.5, apps=("resnet50", "bert"), warmup=0.3):
-    return run_config(config_from_dict({
-        "gpu": "a100", "duration": duration, "warmup": warmup, "seed": 0, "noise": 0.02, "policy": policy,
-        "apps": [{"app": apps[0], "quota": 0.5, "load": "B"}, {"app": apps[1], "quota": 0.5, "load": neighbour_load}],
-    }))
+    return run_config(
+        config_from_dict(
+            {
+                "gpu": "a100",
+                "duration": duration,
+                "warmup": warmup,
+                "seed": 0,
+                "noise": 0.02,
+                "policy": policy,
+                "apps": [
+                    {"app": apps[0], "quota": 0.5, "load": "B"},
+                    {"app": apps[1], "quota": 0.5, "load": neighbour_load},
+                ],
+            }
+        )
+    )
 
 
 def served_rate(app, duration: float) -> float:

@@ -112,9 +112,11 @@ def test_narrow_kernels_that_fit_the_gpu_together_overlap_completely():
     b = synthetic_profile("b", n_kernels=10, seed=2)
     import dataclasses
 
-    narrow = lambda p: dataclasses.replace(  # noqa: E731
-        p, kernels=tuple(dataclasses.replace(k, max_sm_share=0.25) for k in p.kernels),
-        t=np.tile(p.t[-1], (18, 1)), T=np.tile(p.T[-1], 18),
+    narrow = lambda p: dataclasses.replace(
+        p,
+        kernels=tuple(dataclasses.replace(k, max_sm_share=0.25) for k in p.kernels),
+        t=np.tile(p.t[-1], (18, 1)),
+        T=np.tile(p.T[-1], 18),
     )
     a, b = narrow(a), narrow(b)
     est = Determiner(A100, interference=0.0).estimate_nsp(squad_of(a, b))
@@ -297,8 +299,13 @@ def test_estimates_match_squads_run_on_the_simulator():
             if len(squad.entries) < 2:
                 continue
             parts, _ = det.best_split(squad)
-            for key in [("nsp",), ("seq",), ("split", parts), ("split", (6, 12)),
-                        *(("semi_sp", parts, c) for c in RATIO_CHOICES if c < 1)]:
+            for key in [
+                ("nsp",),
+                ("seq",),
+                ("split", parts),
+                ("split", (6, 12)),
+                *(("semi_sp", parts, c) for c in RATIO_CHOICES if c < 1),
+            ]:
                 measured = ea.measure(manager, ea.decisions(squad, key, gpu, "mps"))
                 errors[key[0]].append(abs(ea.estimate(det, squad, key) / measured - 1))
             done += 1

@@ -16,9 +16,15 @@ PAPER = Path(__file__).resolve().parents[1] / "experiments" / "paper.py"
 SWEEP = {
     "name": "tiny",
     "base": {
-        "gpu": "a100", "duration": 0.4, "warmup": 0.1, "seed": 0, "noise": 0.0,
-        "apps": [{"app": "resnet50", "quota": 0.5, "load": "poisson:40"},
-                 {"app": "bert", "quota": 0.5, "load": "poisson:20"}],
+        "gpu": "a100",
+        "duration": 0.4,
+        "warmup": 0.1,
+        "seed": 0,
+        "noise": 0.0,
+        "apps": [
+            {"app": "resnet50", "quota": 0.5, "load": "poisson:40"},
+            {"app": "bert", "quota": 0.5, "load": "poisson:20"},
+        ],
     },
     "grid": {"policy": ["bless", "unbound", "iso"], "apps.1.load": ["poisson:20", "B"]},
 }

@@ -32,10 +32,11 @@ def write(tmp_path, text: str):
     return path
 
 
-A100_LAUNCH = [line for line in file_text("a100").splitlines() if line.startswith("launch = ")][0]
+A100_LAUNCH = next(line for line in file_text("a100").splitlines() if line.startswith("launch = "))
 
 
 # ------------------------------------------------------------------ the shipped files
+
 
 def test_every_gpu_model_has_a_data_file_and_every_file_a_model():
     assert set(data_files()) == set(GPUS)
@@ -112,6 +113,7 @@ def test_the_cuda_backend_measures_context_memory_and_that_overrides_the_file(tm
 
 # ------------------------------------------------------------------ the loader's checks
 
+
 def test_a_value_with_neither_source_nor_assumption_is_refused_naming_file_and_key(tmp_path):
     bare = A100_LAUNCH.split(", assumption")[0] + " }"
     path = write(tmp_path, file_text("a100").replace(A100_LAUNCH, bare))
@@ -149,7 +151,9 @@ def test_a_section_that_does_not_match_its_type_is_refused_naming_the_file(tmp_p
     constants = load(write(tmp_path, file_text("a100").replace(A100_LAUNCH, renamed)))
     with pytest.raises(GpuDataError, match=r"x100\.toml \[host\]: missing launch, unknown lunch"):
         constants.build("host", HostCosts)
-    out_of_range = load(write(tmp_path, file_text("a100").replace("busy_low = { value = 0.6", "busy_low = { value = 0.95")))
+    out_of_range = load(
+        write(tmp_path, file_text("a100").replace("busy_low = { value = 0.6", "busy_low = { value = 0.95"))
+    )
     with pytest.raises(GpuDataError, match=r"x100\.toml \[gslice\]: gslice needs 0 <= busy_low < busy_high"):
         out_of_range.build("gslice", GsliceThresholds)
 

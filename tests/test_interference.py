@@ -8,14 +8,15 @@ import pytest
 
 from bless.backend.interface import HostCosts
 from bless.hw.costs import InterferenceModel, gpu_constants
-from bless.sim import corun
 from bless.profiles.synthetic import synthetic_profile
 from bless.shared_data import shared_data_dir
+from bless.sim import corun
 from bless.sim.backend import SimBackend
 
 PAIRS_DIR = shared_data_dir() / "colocation" / "a100_mps_pairs"
-needs_pairs = pytest.mark.skipif(not (PAIRS_DIR / "corun_resnet50.csv").exists(),
-                                 reason="needs ../shared/data/colocation/a100_mps_pairs")
+needs_pairs = pytest.mark.skipif(
+    not (PAIRS_DIR / "corun_resnet50.csv").exists(), reason="needs ../shared/data/colocation/a100_mps_pairs"
+)
 NO_HOST = HostCosts(launch=0.0, sync=0.0, context_switch=0.0, event=0.0)
 
 

@@ -82,8 +82,9 @@ def _table(n=8, seed=0) -> FeatureTable:
 def test_pair_features_sum_raw_metrics_and_average_percentages():
     t = _table(3)
     x = pair_matrix(t, [("w0", "w1"), ("w2", "w2")])
-    np.testing.assert_allclose(x[0], [t.values[0, 0] + t.values[1, 0], (t.values[0, 1] + t.values[1, 1]) / 2,
-                                      t.values[0, 2] + t.values[1, 2]])
+    np.testing.assert_allclose(
+        x[0], [t.values[0, 0] + t.values[1, 0], (t.values[0, 1] + t.values[1, 1]) / 2, t.values[0, 2] + t.values[1, 2]]
+    )
     np.testing.assert_allclose(x[1], [2 * t.values[2, 0], t.values[2, 1], 2 * t.values[2, 2]])
     assert kace_data.is_percentage("sm%") and kace_data.is_percentage("dram_pct")
     assert not kace_data.is_percentage("memory_mib")
@@ -162,7 +163,9 @@ def _write(path, text):
     return path
 
 
-GOOD_F = "workload,memory_mib,sm_busy_pct,memory_busy_pct,solo_throughput\na,100,90,20,10\nb,200,80,40,20\nc,300,70,60,5\n"
+GOOD_F = (
+    "workload,memory_mib,sm_busy_pct,memory_busy_pct,solo_throughput\na,100,90,20,10\nb,200,80,40,20\nc,300,70,60,5\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -175,12 +178,21 @@ GOOD_F = "workload,memory_mib,sm_busy_pct,memory_busy_pct,solo_throughput\na,100
         ("workload\na\n", "", r"f\.csv: row 1: no feature columns"),
         ("workload,x\na,1,2\n", "", r"f\.csv: row 2: 3 fields, the header has 2"),
         (GOOD_F, "workload1,workload2,throughput1\na,b,1\n", r"p\.csv: row 1: missing column\(s\) throughput2"),
-        (GOOD_F, "workload1,workload2,throughput1,throughput2\na,zz,1,2\n",
-         r"p\.csv: row 2, column 'workload2': workload 'zz' is not in"),
-        (GOOD_F, "workload1,workload2,throughput1,throughput2\na,b,1,x\n",
-         r"p\.csv: row 2, column 'throughput2': 'x' is not a number"),
-        (GOOD_F, "workload1,workload2,throughput1,throughput2\na,b,1,2\nb,a,2,1\n",
-         r"p\.csv: row 3: pair b\+a already measured on row 2"),
+        (
+            GOOD_F,
+            "workload1,workload2,throughput1,throughput2\na,zz,1,2\n",
+            r"p\.csv: row 2, column 'workload2': workload 'zz' is not in",
+        ),
+        (
+            GOOD_F,
+            "workload1,workload2,throughput1,throughput2\na,b,1,x\n",
+            r"p\.csv: row 2, column 'throughput2': 'x' is not a number",
+        ),
+        (
+            GOOD_F,
+            "workload1,workload2,throughput1,throughput2\na,b,1,2\nb,a,2,1\n",
+            r"p\.csv: row 3: pair b\+a already measured on row 2",
+        ),
         (GOOD_F, "workload1,workload2,throughput1,throughput2\na,b,-1,2\n", r"p\.csv: row 2, column 'throughput1'"),
     ],
 )
@@ -285,10 +297,28 @@ def test_cli_generate_evaluate_fit_rank(tmp_path, capsys):
     assert "average" in text and "KACE" in text and "Best-rule" in text
     model = tmp_path / "model.json"
     assert main(["kace", "fit", "--features", f, "--pairs", p, "--out", str(model)]) == 0
-    assert main(["kace", "rank", "--model", str(model), "--features", f, "--target", "syn0",
-                 "--candidates", "syn1", "syn2", "syn3"]) == 0
+    assert (
+        main(
+            [
+                "kace",
+                "rank",
+                "--model",
+                str(model),
+                "--features",
+                f,
+                "--target",
+                "syn0",
+                "--candidates",
+                "syn1",
+                "syn2",
+                "syn3",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "syn1" in text and "predicted throughput sum" in text
-    assert main(["kace", "rank", "--model", str(model), "--features", f, "--target", "nope",
-                 "--candidates", "syn1"]) == 2
+    assert (
+        main(["kace", "rank", "--model", str(model), "--features", f, "--target", "nope", "--candidates", "syn1"]) == 2
+    )
     assert "unknown workload 'nope'" in capsys.readouterr().err

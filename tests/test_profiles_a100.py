@@ -158,11 +158,18 @@ def test_fit_curve_pools_noisy_points_and_caps_at_the_block_count():
 
 
 def test_short_names_stay_recognisable():
-    assert short_name("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>(T1::Params)") == \
-        "cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4"
-    assert short_name("void at::native::vectorized_elementwise_kernel<(int)4, at::native::<unnamed>::"
-                      "launch_clamp_scalar(at::TensorIteratorBase &)::[lambda] , at::detail::Array<char *, "
-                      "(int)2>>(int, T2, T3)") == "vectorized_elementwise_kernel<launch_clamp_scalar>"
+    assert (
+        short_name("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>(T1::Params)")
+        == "cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4"
+    )
+    assert (
+        short_name(
+            "void at::native::vectorized_elementwise_kernel<(int)4, at::native::<unnamed>::"
+            "launch_clamp_scalar(at::TensorIteratorBase &)::[lambda] , at::detail::Array<char *, "
+            "(int)2>>(int, T2, T3)"
+        )
+        == "vectorized_elementwise_kernel<launch_clamp_scalar>"
+    )
 
 
 def test_operator_alignment_lumps_differing_conv_algorithms():
@@ -194,8 +201,11 @@ def test_small_grid_kernel_keeps_its_measured_slowdown_in_the_assembled_curve():
 
     pd = from_mps("resnet50", 1)
     sms = list(A100.level_sms())
-    small = [k for k in pd.kernels if k.blocks and k.blocks <= 66 and len(k.points) == 6
-             and k.points[66] >= 1.3 * k.points[108]]
+    small = [
+        k
+        for k in pd.kernels
+        if k.blocks and k.blocks <= 66 and len(k.points) == 6 and k.points[66] >= 1.3 * k.points[108]
+    ]
     assert len(small) >= 10, "the data has such kernels (64-block implicit-GEMM convolutions)"
     for k in small:
         curve = fit_curve(A100.level_sms(), k.points, k.traits)

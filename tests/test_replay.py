@@ -27,8 +27,12 @@ def run(policy, profiles, loads, quotas=None, duration=0.3, seed=0, **backend_kw
 
 @pytest.mark.parametrize(
     "policy",
-    [BlessPolicy, lambda: BlessPolicy(pacing="paper"), lambda: BlessPolicy(pacing="paper", split_ratio=1.0),
-     UnboundPolicy],
+    [
+        BlessPolicy,
+        lambda: BlessPolicy(pacing="paper"),
+        lambda: BlessPolicy(pacing="paper", split_ratio=1.0),
+        UnboundPolicy,
+    ],
 )
 def test_no_kernel_lost_duplicated_or_reordered_and_every_request_completes(policy):
     profiles = [synthetic_profile(f"p{i}", n_kernels=30 + 10 * i, mean_us=20, seed=i) for i in range(3)]
@@ -88,12 +92,12 @@ def test_quota_shapes_the_share_of_kernels_in_squads():
     """A 70/30 pair of the same app: the 70 % app gets more kernels per squad
     while both are active and finishes its requests faster."""
     prof = synthetic_profile("x", n_kernels=200, mean_us=20, seed=5)
-    backend, result = run(BlessPolicy(pacing="paper"), [prof, prof], [parse_load("A"), parse_load("A")],
-                          quotas=[0.7, 0.3])
+    _backend, result = run(
+        BlessPolicy(pacing="paper"), [prof, prof], [parse_load("A"), parse_load("A")], quotas=[0.7, 0.3]
+    )
     big, small = result.apps
     assert big.mean < small.mean
     assert big.mean <= big.iso_latency and small.mean <= small.iso_latency
-
 
 
 def test_pacing_pulls_two_identical_closed_loops_into_lockstep():
@@ -101,11 +105,17 @@ def test_pacing_pulls_two_identical_closed_loops_into_lockstep():
     equal, so the later one finishes with the lower latency: the stagger between
     the closed loops shrinks by about T[100%] / L per cycle
     (``experiments/lockstep.py`` derives it)."""
-    cfg = config_from_dict({
-        "gpu": "a100", "duration": 0.5, "warmup": 0.0, "seed": 0, "noise": 0.02,
-        "policy": {"name": "bless", "pacing": "paper"},
-        "apps": [{"app": "resnet50", "quota": 0.5, "load": "B"}, {"app": "resnet50", "quota": 0.5, "load": "B"}],
-    })
+    cfg = config_from_dict(
+        {
+            "gpu": "a100",
+            "duration": 0.5,
+            "warmup": 0.0,
+            "seed": 0,
+            "noise": 0.02,
+            "policy": {"name": "bless", "pacing": "paper"},
+            "apps": [{"app": "resnet50", "quota": 0.5, "load": "B"}, {"app": "resnet50", "quota": 0.5, "load": "B"}],
+        }
+    )
     a, b = run_config(cfg).apps
     assert np.all(np.diff(a.arrivals) > 0) and len(a.arrivals) == len(a.latencies)
     n = min(len(a.arrivals), len(b.arrivals))

@@ -22,7 +22,9 @@ def triton_input(batch=2, dtype=np.float32, shape=None, name="INPUT", datatype="
 
 
 def test_tritonclient_works_unmodified(server, admin):
-    admin.register("resnet", "quick", "50%", inputs=[("INPUT", "FP32", [-1, 16])], outputs=[("OUTPUT", "FP32", [-1, 4])])
+    admin.register(
+        "resnet", "quick", "50%", inputs=[("INPUT", "FP32", [-1, 16])], outputs=[("OUTPUT", "FP32", [-1, 4])]
+    )
     client = triton.InferenceServerClient(server.address)
     assert client.is_server_live() and client.is_server_ready()
     assert client.is_model_ready("resnet") and not client.is_model_ready("nope")
@@ -52,8 +54,16 @@ def test_tritonclient_works_unmodified(server, admin):
 
 def test_our_protos_match_the_published_field_numbers():
     """Every message and field we declare exists in tritonclient's copy with the same number and type."""
-    for name in ("ModelInferRequest", "ModelInferResponse", "ModelMetadataResponse", "ModelStatistics",
-                 "InferStatistics", "InferParameter", "InferTensorContents", "ServerMetadataResponse"):
+    for name in (
+        "ModelInferRequest",
+        "ModelInferResponse",
+        "ModelMetadataResponse",
+        "ModelStatistics",
+        "InferStatistics",
+        "InferParameter",
+        "InferTensorContents",
+        "ServerMetadataResponse",
+    ):
         ours = getattr(oip, name).DESCRIPTOR
         theirs = getattr(triton_pb2, name).DESCRIPTOR
         stack = [(ours, theirs)]
@@ -67,9 +77,13 @@ def test_our_protos_match_the_published_field_numbers():
 
 
 def test_typed_contents_and_every_output_kind(server, admin):
-    admin.register("multi", "quick", 0.3,
-                   inputs=[("IDS", "INT64", [4]), ("TEXT", "BYTES", [2])],
-                   outputs=[("SCORES", "FP16", [4]), ("LABELS", "BYTES", [2]), ("MASK", "BOOL", [4])])
+    admin.register(
+        "multi",
+        "quick",
+        0.3,
+        inputs=[("IDS", "INT64", [4]), ("TEXT", "BYTES", [2])],
+        outputs=[("SCORES", "FP16", [4]), ("LABELS", "BYTES", [2]), ("MASK", "BOOL", [4])],
+    )
     req = oip.ModelInferRequest(model_name="multi")
     ids = req.inputs.add(name="IDS", datatype="INT64", shape=[4])
     ids.contents.int64_contents.extend([1, 2, 3, 4])
@@ -109,6 +123,7 @@ def test_bad_tensors_are_invalid_argument_naming_the_field(server, admin, bad, f
 def test_wrong_byte_count_missing_input_and_unknown_output(server, admin):
     admin.register("m", "quick", 0.5)
     with BlessClient(server.address) as c:
+
         def status(req):
             with pytest.raises(grpc.RpcError) as e:
                 c.model_infer(req)
@@ -129,28 +144,38 @@ def test_wrong_byte_count_missing_input_and_unknown_output(server, admin):
 
 def test_unknown_app_is_not_found_everywhere(server, admin):
     client = triton.InferenceServerClient(server.address)
-    for call in (lambda: client.infer("ghost", [triton_input()]), lambda: client.get_model_metadata("ghost"),
-                 lambda: client.get_inference_statistics("ghost")):
+    for call in (
+        lambda: client.infer("ghost", [triton_input()]),
+        lambda: client.get_model_metadata("ghost"),
+        lambda: client.get_inference_statistics("ghost"),
+    ):
         with pytest.raises(triton.InferenceServerException) as e:
             call()
         assert e.value.status() == "StatusCode.NOT_FOUND" and "ghost" in e.value.message()
-    for call in (lambda: admin.set_quota("ghost", 0.5), lambda: admin.unregister("ghost"), lambda: admin.stats("ghost")):
+    for call in (
+        lambda: admin.set_quota("ghost", 0.5),
+        lambda: admin.unregister("ghost"),
+        lambda: admin.stats("ghost"),
+    ):
         with pytest.raises(grpc.RpcError) as e:
             call()
         assert e.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(quota="150%"), "quota"),
-    (dict(quota="half"), "quota"),
-    (dict(quota=""), "quota"),
-    (dict(name="bad name!"), "name"),
-    (dict(profile="no-such-profile"), "profile"),
-    (dict(slo="soon"), "slo"),
-    (dict(inputs=[("X", "FLOAT", [1])]), "inputs[0].datatype"),
-    (dict(outputs=[("Y", "FP32", [0])]), "outputs[0].shape"),
-    (dict(inputs=[]), "inputs"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(quota="150%"), "quota"),
+        (dict(quota="half"), "quota"),
+        (dict(quota=""), "quota"),
+        (dict(name="bad name!"), "name"),
+        (dict(profile="no-such-profile"), "profile"),
+        (dict(slo="soon"), "slo"),
+        (dict(inputs=[("X", "FLOAT", [1])]), "inputs[0].datatype"),
+        (dict(outputs=[("Y", "FP32", [0])]), "outputs[0].shape"),
+        (dict(inputs=[]), "inputs"),
+    ],
+)
 def test_bad_registrations_are_invalid_argument_naming_the_field(admin, kwargs, field):
     args = dict(name="a", profile="quick", quota="50%") | kwargs
     name, profile, quota = args.pop("name"), args.pop("profile"), args.pop("quota")
@@ -164,8 +189,13 @@ def test_mutating_calls_need_the_token_and_reads_do_not(server, admin):
     admin.register("a", "quick", 0.5)
     for token in (None, "wrong-token-123"):
         with BlessClient(server.address, token=token) as c:
-            for call in (lambda: c.register("b", "quick", 0.1), lambda: c.set_quota("a", 0.2),
-                         lambda: c.unregister("a"), lambda: c.reset_stats(), lambda: c.inject_fault("a")):
+            for call in (
+                lambda: c.register("b", "quick", 0.1),
+                lambda: c.set_quota("a", 0.2),
+                lambda: c.unregister("a"),
+                lambda: c.reset_stats(),
+                lambda: c.inject_fault("a"),
+            ):
                 with pytest.raises(grpc.RpcError) as e:
                     call()
                 assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED and "authorization" in e.value.details()
@@ -215,7 +245,9 @@ def test_restart_keeps_apps_quotas_and_tensors(make_server, tmp_path):
         assert sorted(after) == ["a", "b"]
         for name in after:
             assert after[name] == before[name]
-        assert after["a"].quota == pytest.approx(0.4) and after["a"].slo_seconds == pytest.approx(2 * after["a"].iso_latency_seconds)
+        assert after["a"].quota == pytest.approx(0.4) and after["a"].slo_seconds == pytest.approx(
+            2 * after["a"].iso_latency_seconds
+        )
         assert c.infer("a").outputs["CLS"].dtype == np.int32
 
 
@@ -230,14 +262,21 @@ def test_metrics_endpoint(server, admin):
     for _ in range(3):
         admin.infer("a")
     text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
-    for line in ('bless_requests_total{app="a",status="succeeded"} 3.0',
-                 'bless_request_duration_seconds_count{app="a"} 3.0',
-                 'bless_request_queue_duration_seconds_count{app="a"} 3.0',
-                 'bless_app_quota_ratio{app="a"} 0.5',
-                 'bless_active_requests{app="a"} 0.0'):
+    for line in (
+        'bless_requests_total{app="a",status="succeeded"} 3.0',
+        'bless_request_duration_seconds_count{app="a"} 3.0',
+        'bless_request_queue_duration_seconds_count{app="a"} 3.0',
+        'bless_app_quota_ratio{app="a"} 0.5',
+        'bless_active_requests{app="a"} 0.0',
+    ):
         assert line in text, line
-    for name in ("bless_squads_total", "bless_squad_duration_seconds_count", "bless_gpu_utilisation_ratio",
-                 "bless_gpu_memory_used_bytes", "bless_kernels_total"):
+    for name in (
+        "bless_squads_total",
+        "bless_squad_duration_seconds_count",
+        "bless_gpu_utilisation_ratio",
+        "bless_gpu_memory_used_bytes",
+        "bless_kernels_total",
+    ):
         assert name in text, name
 
 

@@ -34,9 +34,26 @@ class ServeProcess:
         env = dict(os.environ, BLESS_PROFILE_PATH=str(profiles))
         self.state = tmp / "state"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bless.cli", "serve", "--grpc-port", "0", "--metrics-port", "0",
-             "--state-dir", str(self.state), "--shutdown-grace", "5", "--log-level", "WARNING"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "bless.cli",
+                "serve",
+                "--grpc-port",
+                "0",
+                "--metrics-port",
+                "0",
+                "--state-dir",
+                str(self.state),
+                "--shutdown-grace",
+                "5",
+                "--log-level",
+                "WARNING",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -111,8 +128,15 @@ def test_8_clients_10000_requests_none_lost(serve):
             e2e = time.perf_counter() - t0
             p = r.get_response().parameters
             with lock:
-                samples.append((app, e2e, p["bless_latency_seconds"].double_param,
-                                p["bless_compute_seconds"].double_param, p["bless_sync_wait_seconds"].double_param))
+                samples.append(
+                    (
+                        app,
+                        e2e,
+                        p["bless_latency_seconds"].double_param,
+                        p["bless_compute_seconds"].double_param,
+                        p["bless_sync_wait_seconds"].double_param,
+                    )
+                )
 
     start = time.perf_counter()
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
@@ -132,20 +156,28 @@ def test_8_clients_10000_requests_none_lost(serve):
     e2e = np.array([s[1] for s in samples])
     server_side = np.array([s[2] + s[4] for s in samples])  # arrival to the host seeing the last kernel end
     compute = np.array([s[3] for s in samples])
-    print(f"\nload: {clients} clients, {total} requests in {wall:.1f} s = {total / wall:.0f} req/s; "
-          f"GPU utilisation {stats.gpu.utilisation:.1%}, {stats.gpu.squads} squads")
+    print(
+        f"\nload: {clients} clients, {total} requests in {wall:.1f} s = {total / wall:.0f} req/s; "
+        f"GPU utilisation {stats.gpu.utilisation:.1%}, {stats.gpu.squads} squads"
+    )
     print(f"end to end: {_percentiles(e2e)}; simulated GPU time (compute): {_percentiles(compute)}")
     print(f"server overhead, end to end minus simulated GPU time: {_percentiles(e2e - compute)}")
-    print(f"  of which gRPC + serving stack (minus queueing for the GPU and squad sync): {_percentiles(e2e - server_side)}")
+    print(
+        f"  of which gRPC + serving stack (minus queueing for the GPU and squad sync): {_percentiles(e2e - server_side)}"
+    )
     assert serve.terminate() == 0
 
 
 def test_two_apps_at_50_50_workload_b_agree_with_bless_run(serve):
     duration = 5.0
-    cfg = config_from_dict({
-        "apps": [{"app": "cmpa", "quota": "50%", "load": "B"}, {"app": "cmpb", "quota": "50%", "load": "B"}],
-        "duration": duration, "warmup": 0.0, "seed": 0,
-    })
+    cfg = config_from_dict(
+        {
+            "apps": [{"app": "cmpa", "quota": "50%", "load": "B"}, {"app": "cmpb", "quota": "50%", "load": "B"}],
+            "duration": duration,
+            "warmup": 0.0,
+            "seed": 0,
+        }
+    )
     expected = {a.app: a.mean for a in run_config(cfg).apps}
     with BlessClient(serve.address, token=serve.token) as c:
         for spec in cfg.apps:
@@ -158,8 +190,10 @@ def test_two_apps_at_50_50_workload_b_agree_with_bless_run(serve):
         served = stats[app].latency.mean_seconds
         total = float(re.search(rf'bless_request_duration_seconds_sum{{app="{app}"}} (\S+)', metrics).group(1))
         count = float(re.search(rf'bless_request_duration_seconds_count{{app="{app}"}} (\S+)', metrics).group(1))
-        print(f"\n{app}: bless run {mean * 1e3:.2f} ms, server GetStats {served * 1e3:.2f} ms, "
-              f"metrics {total / count * 1e3:.2f} ms over {stats[app].succeeded} requests")
+        print(
+            f"\n{app}: bless run {mean * 1e3:.2f} ms, server GetStats {served * 1e3:.2f} ms, "
+            f"metrics {total / count * 1e3:.2f} ms over {stats[app].succeeded} requests"
+        )
         assert served == pytest.approx(mean, rel=0.15)
         assert total / count == pytest.approx(mean, rel=0.15)
     assert serve.terminate() == 0

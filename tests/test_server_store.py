@@ -11,7 +11,9 @@ from bless.serving.server.tensors import TensorSpec
 
 
 def spec(name, quota=0.5):
-    return AppSpec(name, "quick", quota, 0, "2x", (TensorSpec("X", "FP32", (-1, 4)),), (TensorSpec("Y", "INT64", (1,)),))
+    return AppSpec(
+        name, "quick", quota, 0, "2x", (TensorSpec("X", "FP32", (-1, 4)),), (TensorSpec("Y", "INT64", (1,)),)
+    )
 
 
 def test_apps_round_trip_in_registration_order(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 
 from bless.backend.interface import HostCosts
 from bless.build.profiler import profile_app
+from bless.profiles.format import Profile
 from bless.profiles.synthetic import synthetic_profile
 from bless.sim.backend import SimBackend
 
@@ -53,7 +54,7 @@ def test_restricted_contexts_run_side_by_side_without_sm_contention():
     assert rb[-1].end == pytest.approx(b.t[8].sum())
 
 
-def _one_kernel_app(name: str, share: float) -> "Profile":
+def _one_kernel_app(name: str, share: float) -> Profile:
     """One compute kernel keeping ``share`` of the SMs busy, 100 us at full GPU, no DRAM."""
     import dataclasses
 
@@ -204,7 +205,7 @@ def test_an_mps_cap_binds_the_contexts_kernels_together():
     be.engine.run(until=1e-6)
     assert ra.sms + rb.sms == 54  # two streams, one cap
     be.synchronize()
-    assert rb.start == pytest.approx(0.0) and rb.sms == 0 or rb.start >= ra.end - 1e-12
+    assert (rb.start == pytest.approx(0.0) and rb.sms == 0) or rb.start >= ra.end - 1e-12
 
 
 def test_mps_caps_of_two_contexts_may_overlap_and_then_contend():
@@ -223,8 +224,9 @@ def test_green_contexts_are_sm_sets_other_contexts_cannot_lend():
     for mechanism, low_waits in (("green", True), ("mps", False)):
         be = SimBackend("a100", host=NO_HOST, mechanism=mechanism)
         # Deployment slots 0, 1, 2: green sets low, high, low.
-        first, high, low = (be.deploy(_wide_app(n, share=0.5 if n == "first" else 1.0))
-                            for n in ("first", "high", "low"))
+        first, high, low = (
+            be.deploy(_wide_app(n, share=0.5 if n == "first" else 1.0)) for n in ("first", "high", "low")
+        )
         r0 = be.launch(be.create_stream(be.create_context(first, None)), first, 0)
         r_low = be.launch(be.create_stream(be.create_context(low, 54)), low, 0)
         r_high = be.launch(be.create_stream(be.create_context(high, 54)), high, 0)

@@ -24,11 +24,13 @@ BASE = {
 
 
 def test_grid_is_a_cartesian_product_and_zip_pairs_keys():
-    sweep = parse_sweep({
-        "base": BASE,
-        "grid": {"policy": ["bless", {"name": "bless", "pacing": False}], "apps.*.load": ["A", "C"]},
-        "zip": [{"apps.0.quota": [0.25, 0.75], "apps.1.quota": [0.75, 0.25]}],
-    })
+    sweep = parse_sweep(
+        {
+            "base": BASE,
+            "grid": {"policy": ["bless", {"name": "bless", "pacing": False}], "apps.*.load": ["A", "C"]},
+            "zip": [{"apps.0.quota": [0.25, 0.75], "apps.1.quota": [0.75, 0.25]}],
+        }
+    )
     runs = list(sweep.runs())
     assert len(sweep) == len(runs) == 2 * 2 * 2
     values, cfg = runs[-1]
@@ -44,7 +46,10 @@ def test_set_path_and_errors():
     set_path(raw, "apps.1.quota", 0.3)
     set_path(raw, "apps.*.slo", "2x")
     set_path(raw, "policy.name", "bless")
-    assert raw == {"apps": [{"app": "a", "slo": "2x"}, {"app": "b", "quota": 0.3, "slo": "2x"}], "policy": {"name": "bless"}}
+    assert raw == {
+        "apps": [{"app": "a", "slo": "2x"}, {"app": "b", "quota": 0.3, "slo": "2x"}],
+        "policy": {"name": "bless"},
+    }
     with pytest.raises(ConfigError, match="apps.5.quota"):
         set_path(raw, "apps.5.quota", 1)
     with pytest.raises(ConfigError, match="same length"):
@@ -58,11 +63,13 @@ def test_set_path_and_errors():
 
 
 def test_rows_per_run_errors_and_determinism(tmp_path):
-    sweep = parse_sweep({
-        "name": "t",
-        "base": BASE,
-        "grid": {"policy": ["bless", "gslice", "mig"], "seed": [0, 1]},
-    })
+    sweep = parse_sweep(
+        {
+            "name": "t",
+            "base": BASE,
+            "grid": {"policy": ["bless", "gslice", "mig"], "seed": [0, 1]},
+        }
+    )
     one = run_sweep(sweep, tmp_path / "one", jobs=1, plot=False)
     two = run_sweep(sweep, tmp_path / "two", jobs=2, plot=False)
     with (tmp_path / "two" / "runs.csv").open() as f:
@@ -79,7 +86,9 @@ def test_rows_per_run_errors_and_determinism(tmp_path):
 
 def test_base_from_files_and_cli(tmp_path, capsys):
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(BASE))
-    (tmp_path / "a.yaml").write_text(yaml.safe_dump({"base": "run.yaml", "set": {"duration": 0.1}, "grid": {"seed": [0, 1]}}))
+    (tmp_path / "a.yaml").write_text(
+        yaml.safe_dump({"base": "run.yaml", "set": {"duration": 0.1}, "grid": {"seed": [0, 1]}})
+    )
     (tmp_path / "b.yaml").write_text(yaml.safe_dump({"base": "a.yaml", "grid": {"policy": ["unbound"]}}))
     sweep = load_sweep(tmp_path / "b.yaml")
     assert sweep.base["duration"] == 0.1 and len(sweep) == 1  # another sweep's base, its 'set' applied

@@ -26,7 +26,12 @@ from bless.policies.unbound import UnboundPolicy
 from bless.profiles.synthetic import synthetic_profile
 
 CONFIG = {
-    "name": "trace-test", "gpu": "a100", "duration": 0.03, "warmup": 0.0, "seed": 0, "noise": 0.02,
+    "name": "trace-test",
+    "gpu": "a100",
+    "duration": 0.03,
+    "warmup": 0.0,
+    "seed": 0,
+    "noise": 0.02,
     "policy": "bless",
     "apps": [{"app": "resnet50", "quota": 0.5, "load": "B"}, {"app": "resnet50", "quota": 0.5, "load": "B"}],
 }
@@ -148,10 +153,16 @@ def test_records_write_a_file(tmp_path):
     )
     path = trace.write(tmp_path / "sub" / "t.json")
     spans = check_valid(json.loads(path.read_text()))
-    kernel, = of(spans, "kernel")
+    (kernel,) = of(spans, "kernel")
     assert (kernel["ts"], kernel["dur"]) == (1000.0, 1000.0)
-    assert kernel["args"] == {"app": "a", "request": 1, "kernel": 0, "context": "green 64 SMs",
-                              "context_sms": 64, "error": "boom"}
+    assert kernel["args"] == {
+        "app": "a",
+        "request": 1,
+        "kernel": 0,
+        "context": "green 64 SMs",
+        "context_sms": 64,
+        "error": "boom",
+    }
     assert "estimate_us" not in of(spans, "squad")[0]["args"]  # nan is not JSON
 
 
@@ -170,7 +181,13 @@ def test_cuda_launches_write_the_same_format(tmp_path):
     apps = [AppState(0, "a", a, 0.5), AppState(1, "b", b, 0.5)]
     loads = [parse_load("A", "a"), parse_load("A", "b")]
     result = Replay(
-        backend, BlessPolicy(mechanism="green", pacing="paper"), apps, loads, duration=0.05, seed=0, trace=trace_recorder(backend)
+        backend,
+        BlessPolicy(mechanism="green", pacing="paper"),
+        apps,
+        loads,
+        duration=0.05,
+        seed=0,
+        trace=trace_recorder(backend),
     ).run()
     granted = {backend.pool.primary.sm_count, *(c.sm_count for c in backend.pool.contexts)}
     backend.close()

@@ -50,8 +50,10 @@ def test_readers_take_the_public_formats(tmp_path):
     assert read_twitter(tbz).series["twitter"].tolist() == [5, 6, 7, 0, 1]
     assert read_twitter(write_twitter(tmp_path, [5, 6])).series["twitter"].tolist() == [5, 6]
     llm = tmp_path / "llm.csv"
-    llm.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n"
-                   "2023-11-16 18:17:04.0319600,3180,8\n2023-11-16 18:17:06.5000000,10,1\n")
+    llm.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n"
+        "2023-11-16 18:17:04.0319600,3180,8\n2023-11-16 18:17:06.5000000,10,1\n"
+    )
     assert read_azure_llm(llm).series["requests"].tolist() == [2, 0, 1]
 
 
@@ -88,8 +90,13 @@ def test_deterministic_for_a_seed_and_scaled_to_the_target_rate(tmp_path):
 
 def test_trace_shape_survives_compression(tmp_path):
     counts = [0] * 50 + [100] * 50  # silence, then a burst
-    spec = {"type": "trace", "path": str(write_twitter(tmp_path, counts)), "format": "twitter",
-            "drop_gaps": None, "speedup": 20.0}
+    spec = {
+        "type": "trace",
+        "path": str(write_twitter(tmp_path, counts)),
+        "format": "twitter",
+        "drop_gaps": None,
+        "speedup": 20.0,
+    }
     t = times_of(parse_load(spec))
     assert t.min() >= 2.5 and t.max() < 5.0  # 100 trace seconds in 5 run seconds; the burst in the second half
     assert len(t) == pytest.approx(5000, abs=300)  # no rate target: the trace's own rate, compressed 20x

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bless.profiles.groundtruth import apps  # noqa: E402
+from bless.profiles.groundtruth import apps
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "profiles" / "a100"
 
@@ -27,8 +27,12 @@ DEFAULT_OUT = Path(__file__).resolve().parent.parent / "profiles" / "a100"
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
-    ap.add_argument("--app", choices=sorted(apps.RECIPES), action="append",
-                    help="build only these apps (repeatable); default all five, inference and training")
+    ap.add_argument(
+        "--app",
+        choices=sorted(apps.RECIPES),
+        action="append",
+        help="build only these apps (repeatable); default all five, inference and training",
+    )
     ap.add_argument("--model", help="build a profile of any model in the A100 data instead (needs --batch)")
     ap.add_argument("--batch", type=int, help="batch for --model (or to override an --app's chosen batch)")
     ap.add_argument("--training", action="store_true", help="with --model: a training iteration, not inference")
@@ -57,13 +61,17 @@ def main(argv=None) -> int:
 
 
 def _report(built) -> None:
-    print(f"{'profile':18s} {'batch':>5s} {'kernels':>7s} {'T[100%] ms':>10s} {'paper ms':>8s} {'diff':>7s} "
-          f"{'T[50%] ms':>9s} {'T[6 SMs] ms':>11s}  file")
+    print(
+        f"{'profile':18s} {'batch':>5s} {'kernels':>7s} {'T[100%] ms':>10s} {'paper ms':>8s} {'diff':>7s} "
+        f"{'T[50%] ms':>9s} {'T[6 SMs] ms':>11s}  file"
+    )
     for p, path in built:
         paper = apps.PAPER_SOLO_MS.get(p.app) if p.kind == "inference" else None
         diff = f"{100 * (p.T[-1] * 1e3 / paper - 1):+.1f} %" if paper else ""
-        print(f"{p.app:18s} {p.batch:5d} {p.n_kernels:7d} {p.T[-1] * 1e3:10.2f} {paper or '':>8} {diff:>7s} "
-              f"{p.T[8] * 1e3:9.2f} {p.T[0] * 1e3:11.1f}  {path}")
+        print(
+            f"{p.app:18s} {p.batch:5d} {p.n_kernels:7d} {p.T[-1] * 1e3:10.2f} {paper or '':>8} {diff:>7s} "
+            f"{p.T[8] * 1e3:9.2f} {p.T[0] * 1e3:11.1f}  {path}"
+        )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,20 @@ CONFIG_D = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 
 """VGG-16 (Simonyan & Zisserman, ICLR'15, configuration D)."""
 
 APPS = [
-    App(name="resnet152", batch=8, model=lambda: _resnet.ResNet((3, 8, 36, 3)), inputs=_resnet.images,
-        description="ResNet-152, batch 8 (A100 MPS data)", source=Path(__file__)),
-    App(name="vgg16", batch=8, model=lambda: _vgg.VGG(CONFIG_D), inputs=_vgg.images,
-        description="VGG-16, batch 8 (A100 MPS data)", source=Path(__file__)),
+    App(
+        name="resnet152",
+        batch=8,
+        model=lambda: _resnet.ResNet((3, 8, 36, 3)),
+        inputs=_resnet.images,
+        description="ResNet-152, batch 8 (A100 MPS data)",
+        source=Path(__file__),
+    ),
+    App(
+        name="vgg16",
+        batch=8,
+        model=lambda: _vgg.VGG(CONFIG_D),
+        inputs=_vgg.images,
+        description="VGG-16, batch 8 (A100 MPS data)",
+        source=Path(__file__),
+    ),
 ]

@@ -32,9 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -143,20 +144,40 @@ def write_check_app(root: Path, gpu: str, sm_count: int) -> Profile:
     (root / "check.ptx").write_text(CHECK_PTX)
     blocks = BLOCKS_PER_SM * sm_count
     plan = {
-        "format": "bless-plan", "version": 1, "app": "gpucheck", "gpu": gpu, "arch": "sm_70", "batch": 1,
+        "format": "bless-plan",
+        "version": 1,
+        "app": "gpucheck",
+        "gpu": gpu,
+        "arch": "sm_70",
+        "batch": 1,
         "images": [{"id": 0, "file": "check.ptx", "kind": "ptx"}],
         "buffers": [
             {"id": 0, "bytes": 4 * blocks, "dtype": "uint32", "shape": [blocks], "role": "output"},
             {"id": 1, "bytes": 4 * ADD_N, "dtype": "uint32", "shape": [ADD_N], "role": "activation"},
         ],
         "launches": [
-            {"kernel": "record_smid", "image": 0, "grid": [blocks, 1, 1], "block": [128, 1, 1],
-             "args": [{"buffer": 0}, {"scalar": SMID_SPIN_CYCLES, "dtype": "uint64"}]},
-            {"kernel": "add_one", "image": 0, "grid": [ADD_N // 256, 1, 1], "block": [256, 1, 1],
-             "args": [{"buffer": 1}, {"scalar": ADD_N, "dtype": "uint32"}]},
+            {
+                "kernel": "record_smid",
+                "image": 0,
+                "grid": [blocks, 1, 1],
+                "block": [128, 1, 1],
+                "args": [{"buffer": 0}, {"scalar": SMID_SPIN_CYCLES, "dtype": "uint64"}],
+            },
+            {
+                "kernel": "add_one",
+                "image": 0,
+                "grid": [ADD_N // 256, 1, 1],
+                "block": [256, 1, 1],
+                "args": [{"buffer": 1}, {"scalar": ADD_N, "dtype": "uint32"}],
+            },
             {"kernel": "empty", "image": 0, "grid": [1, 1, 1], "block": [32, 1, 1], "args": []},
-            {"kernel": "spin", "image": 0, "grid": [1, 1, 1], "block": [32, 1, 1],
-             "args": [{"scalar": SPIN_CYCLES, "dtype": "uint64"}]},
+            {
+                "kernel": "spin",
+                "image": 0,
+                "grid": [1, 1, 1],
+                "block": [32, 1, 1],
+                "args": [{"scalar": SPIN_CYCLES, "dtype": "uint64"}],
+            },
         ],
     }
     (root / "plan.json").write_text(json.dumps(plan))
@@ -166,10 +187,21 @@ def write_check_app(root: Path, gpu: str, sm_count: int) -> Profile:
     spec = get_gpu(gpu)
     ones = np.full((N_LEVELS, len(names)), 1e-6)
     return Profile(
-        app="gpucheck", gpu=spec.name, kind="inference", batch=1, level_sms=spec.level_sms(),
-        kernels=tuple(KernelDesc(name=n) for n in names), t=ones, T=ones.sum(axis=1), memory_bytes=0,
-        provenance=Provenance(method="derived", gpu=spec.name, source="tools/gpu_check.py check kernels",
-                              details={"plan": str(root / "plan.json")}),
+        app="gpucheck",
+        gpu=spec.name,
+        kind="inference",
+        batch=1,
+        level_sms=spec.level_sms(),
+        kernels=tuple(KernelDesc(name=n) for n in names),
+        t=ones,
+        T=ones.sum(axis=1),
+        memory_bytes=0,
+        provenance=Provenance(
+            method="derived",
+            gpu=spec.name,
+            source="tools/gpu_check.py check kernels",
+            details={"plan": str(root / "plan.json")},
+        ),
     )
 
 
@@ -204,10 +236,18 @@ def check_device(backend) -> Check:
     info = backend.device.info
     from bless.cuda.backend import cuda_environment
 
-    return Check("driver and device", "PASS", info.describe(), {
-        **asdict(info), "bindings": cuda.bindings.__version__, "mechanism": backend.mechanism,
-        "gpu_model": backend.gpu.name, "env": cuda_environment(),
-    })
+    return Check(
+        "driver and device",
+        "PASS",
+        info.describe(),
+        {
+            **asdict(info),
+            "bindings": cuda.bindings.__version__,
+            "mechanism": backend.mechanism,
+            "gpu_model": backend.gpu.name,
+            "env": cuda_environment(),
+        },
+    )
 
 
 def smid_set(backend, app, ctx) -> set[int]:
@@ -227,7 +267,9 @@ def check_green_split(backend, apps) -> Check:
     ca, cb = backend.create_context(a, half), backend.create_context(b, half)
     sa, sb = smid_set(backend, a, ca), smid_set(backend, b, cb)
     full = smid_set(backend, a, backend.create_context(a, None))
-    granted = [backend.granted_sms(backend.create_context(a, gpu.sms_for_level(k, "green"))) for k in range(1, N_LEVELS + 1)]
+    granted = [
+        backend.granted_sms(backend.create_context(a, gpu.sms_for_level(k, "green"))) for k in range(1, N_LEVELS + 1)
+    ]
     expected = list(gpu.level_sms("green"))
     ok = not (sa & sb) and len(sa) == backend.granted_sms(ca) and len(sb) == backend.granted_sms(cb)
     ok = ok and granted == expected and len(full) == gpu.sm_count
@@ -235,10 +277,19 @@ def check_green_split(backend, apps) -> Check:
         f"groups {backend.pool.sizes}; two apps at {half} SMs ran on {len(sa)} and {len(sb)} SMs, "
         f"{len(sa & sb)} shared; whole GPU {len(full)} SMs; levels granted {'as planned' if granted == expected else granted}"
     )
-    return Check("green-context split", "PASS" if ok else "FAIL", detail, {
-        "group_sizes": backend.pool.sizes, "app_a_sms": sorted(sa), "app_b_sms": sorted(sb),
-        "whole_gpu_sms": len(full), "granted_per_level": granted, "expected_per_level": expected,
-    })
+    return Check(
+        "green-context split",
+        "PASS" if ok else "FAIL",
+        detail,
+        {
+            "group_sizes": backend.pool.sizes,
+            "app_a_sms": sorted(sa),
+            "app_b_sms": sorted(sb),
+            "whole_gpu_sms": len(full),
+            "granted_per_level": granted,
+            "expected_per_level": expected,
+        },
+    )
 
 
 def check_vmm_sharing(backend, app) -> Check:
@@ -254,10 +305,15 @@ def check_vmm_sharing(backend, app) -> Check:
     want = len(contexts)
     ok = bool(np.all(values == want))
     return Check(
-        "VMM memory shared across contexts", "PASS" if ok else "FAIL",
+        "VMM memory shared across contexts",
+        "PASS" if ok else "FAIL",
         f"one arena incremented from {want} contexts ({', '.join(c.context.label for c in contexts)}): "
         f"{'every element' if ok else 'NOT every element'} = {want}",
-        {"contexts": [c.context.label for c in contexts], "values_min": int(values.min()), "values_max": int(values.max())},
+        {
+            "contexts": [c.context.label for c in contexts],
+            "values_min": int(values.min()),
+            "values_max": int(values.max()),
+        },
     )
 
 
@@ -279,12 +335,16 @@ def check_launch_overhead(backend, app) -> Check:
     cu = backend.driver.cu
     raw = time_per_call(
         lambda: cu.cuLaunchKernel(entry.kernel, 1, 1, 1, 32, 1, 1, 0, stream.handle, entry.params.address, 0),
-        5000, 1000, lambda: backend.driver.call("cuStreamSynchronize", stream.handle),
+        5000,
+        1000,
+        lambda: backend.driver.call("cuStreamSynchronize", stream.handle),
     )
     plain = time_per_call(lambda: backend.launch(stream, app, K_EMPTY), 5000, 500, backend.synchronize)
     timed = time_per_call(lambda: backend.launch(stream, app, K_EMPTY, timed=True), 5000, 500, backend.synchronize)
     detail = f"cuLaunchKernel {us(raw)} us, backend.launch {us(plain)} us, timed {us(timed)} us per kernel"
-    return Check("launch overhead (host)", "PASS", detail, {"raw_us": us(raw), "launch_us": us(plain), "timed_us": us(timed)})
+    return Check(
+        "launch overhead (host)", "PASS", detail, {"raw_us": us(raw), "launch_us": us(plain), "timed_us": us(timed)}
+    )
 
 
 def gaps(backend, first_stream, second_stream, app, n: int = 50) -> list[float]:
@@ -320,11 +380,14 @@ def check_latencies(backend, app) -> Check:
         backend.synchronize()
         backed.append(r.end - r.start)
     data = {
-        "same_stream_gap_us": us(same_stream), "cross_stream_event_us": us(cross_stream),
-        "cross_context_switch_us": us(cross_context), "timed_empty_idle_us": us(statistics.median(idle)),
+        "same_stream_gap_us": us(same_stream),
+        "cross_stream_event_us": us(cross_stream),
+        "cross_context_switch_us": us(cross_context),
+        "timed_empty_idle_us": us(statistics.median(idle)),
         "timed_empty_backlogged_us": us(statistics.median(backed)),
         "host_costs_modelled_us": {  # what the simulator charges (bless/hw/<gpu>.toml)
-            "event": us(host.event), "context_switch": us(host.context_switch),
+            "event": us(host.event),
+            "context_switch": us(host.context_switch),
         },
     }
     detail = (
@@ -349,7 +412,12 @@ def check_context_memory(backend) -> Check:
         f"max {max(values) / 2**20:.1f} MiB each (cuMemGetInfo before/after); "
         f"the data file has {filed.written} ({kind}, {data.path}), which the measurement overrides"
     )
-    return Check("per-context memory", "PASS", detail, {"bytes_per_context": mem, "data_file_bytes": backend.gpu.context_bytes(backend.mechanism)})
+    return Check(
+        "per-context memory",
+        "PASS",
+        detail,
+        {"bytes_per_context": mem, "data_file_bytes": backend.gpu.context_bytes(backend.mechanism)},
+    )
 
 
 def check_mps(gpu: str) -> Check:
@@ -366,7 +434,10 @@ def check_mps(gpu: str) -> Check:
         try:
             env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe)}
             child = subprocess.run(
-                [sys.executable, __file__, "--mps-child", "--gpu", gpu], env=env, capture_output=True, text=True,
+                [sys.executable, __file__, "--mps-child", "--gpu", gpu],
+                env=env,
+                capture_output=True,
+                text=True,
                 timeout=600,
             )
         finally:
@@ -395,8 +466,12 @@ def mps_child(gpu: str) -> int:
         asked = [backend.gpu.sms_for_level(k, "mps") for k in range(1, N_LEVELS)]
         granted = [backend.granted_sms(backend.create_context(app, n)) for n in asked]
         vmm = check_vmm_sharing(backend, app)
-        data = {"asked": asked, "granted": granted, "vmm_ok": vmm.status == "PASS",
-                "context_bytes": list(backend.context_memory.values())}
+        data = {
+            "asked": asked,
+            "granted": granted,
+            "vmm_ok": vmm.status == "PASS",
+            "context_bytes": list(backend.context_memory.values()),
+        }
         backend.close()
     print(json.dumps(data))
     return 0
@@ -418,11 +493,19 @@ def check_bless_run(backend_gpu: str, mechanism: str, duration: float) -> Check:
 
     results = {}
     for backend in ("cuda", "sim"):
-        cfg = config_from_dict({
-            "name": f"gpu-check-{backend}", "gpu": backend_gpu, "backend": backend, "mechanism": mechanism,
-            "policy": "bless", "duration": duration, "warmup": min(2.0, duration / 4), "seed": 0,
-            "apps": [{"app": a, "quota": 0.5, "load": "B"} for a in apps],
-        })
+        cfg = config_from_dict(
+            {
+                "name": f"gpu-check-{backend}",
+                "gpu": backend_gpu,
+                "backend": backend,
+                "mechanism": mechanism,
+                "policy": "bless",
+                "duration": duration,
+                "warmup": min(2.0, duration / 4),
+                "seed": 0,
+                "apps": [{"app": a, "quota": 0.5, "load": "B"} for a in apps],
+            }
+        )
         results[backend] = run_config(cfg)
     rows = {}
     ok = True
@@ -439,7 +522,7 @@ def check_bless_run(backend_gpu: str, mechanism: str, duration: float) -> Check:
 def guarded(name: str, fn: Callable[[], Check]) -> Check:
     try:
         return fn()
-    except Exception as e:  # noqa: BLE001 - one failing check must not hide the others
+    except Exception as e:
         return Check(name, "FAIL", f"{type(e).__name__}: {e}")
 
 
@@ -486,7 +569,9 @@ def run_checks(backend, run_seconds: float | None) -> list[Check]:
     if run_seconds is None:
         checks.append(Check("two-app BLESS run (GPU vs simulator)", "SKIP", "--skip-run"))
     else:
-        checks.append(guarded("two-app BLESS run (GPU vs simulator)", lambda: check_bless_run(gpu, mechanism, run_seconds)))
+        checks.append(
+            guarded("two-app BLESS run (GPU vs simulator)", lambda: check_bless_run(gpu, mechanism, run_seconds))
+        )
     return checks
 
 
@@ -502,11 +587,20 @@ def report(checks: list[Check], out_dir: Path, gpu: str) -> Path:
         table.add_row(c.name, f"[{colour[c.status]}]{c.status}[/]", c.detail)
     Console(width=200).print(table)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.timezone.utc)
+    stamp = dt.datetime.now(dt.UTC)
     path = out_dir / f"{stamp:%Y-%m-%d}-{gpu}.json"
-    path.write_text(json.dumps({
-        "when": stamp.isoformat(timespec="seconds"), "gpu": gpu, "checks": [asdict(c) for c in checks],
-    }, indent=2, default=lambda o: o if not isinstance(o, float) or math.isfinite(o) else None) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "when": stamp.isoformat(timespec="seconds"),
+                "gpu": gpu,
+                "checks": [asdict(c) for c in checks],
+            },
+            indent=2,
+            default=lambda o: o if not isinstance(o, float) or math.isfinite(o) else None,
+        )
+        + "\n"
+    )
     print(f"results: {path}")
     return path
 

@@ -28,9 +28,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bless.hw.gpus import A100, get_gpu  # noqa: E402
-from bless.profiles.predict import analytic  # noqa: E402
-from bless.profiles.predict import calibration as cal  # noqa: E402
+from bless.hw.gpus import A100, get_gpu
+from bless.profiles.predict import analytic
+from bless.profiles.predict import calibration as cal
 
 SCALING_TRAIN = ("resnet152", "vgg19", "mobilenet", "inception")
 SCALING_TEST = ("resnet50", "vgg16")
@@ -47,9 +47,7 @@ Nsight Compute kernel times of the MPS data instead."""
 # ------------------------------------------------------------------ errors
 def op_errors(samples, params, gpu) -> np.ndarray:
     """Relative error (pred/meas - 1) of every single op at full GPU."""
-    return np.array(
-        [analytic.duration(s.work, gpu, gpu.sm_count, params) / s.seconds - 1 for s in samples]
-    )
+    return np.array([analytic.duration(s.work, gpu, gpu.sm_count, params) / s.seconds - 1 for s in samples])
 
 
 def scaling_predictions(samples, params, gpu=A100) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -162,17 +160,29 @@ def fit(args) -> None:
     print(f"A100 MPS scaling ({', '.join(SCALING_TRAIN)}): time-weighted mean |log error| {loss_s:.3f}")
     print(f"A100 TF32 whole passes (resnet152, vgg16 batch 8): mean |log error| {loss_t:.3f}")
     print(f"H100 single ops (train, even rows): mean |log error| {loss_h:.3f}\n")
-    for name, q, note in (("a100", p, f"NeuSight A100 ops even rows mean |log err| {loss_a:.3f}; "
-                                      f"MPS scaling {'/'.join(SCALING_TRAIN)} {loss_s:.3f}; "
-                                      f"TF32 passes resnet152/vgg16 b8 {loss_t:.3f}"),
-                          ("h100", h, f"NeuSight H100 bmm/linear even rows mean |log err| {loss_h:.3f}; "
-                                      "mem_knee, warps_to_saturate, quantisation, tensor_efficiency and non-matmul classes from the A100")):
+    for name, q, note in (
+        (
+            "a100",
+            p,
+            f"NeuSight A100 ops even rows mean |log err| {loss_a:.3f}; "
+            f"MPS scaling {'/'.join(SCALING_TRAIN)} {loss_s:.3f}; "
+            f"TF32 passes resnet152/vgg16 b8 {loss_t:.3f}",
+        ),
+        (
+            "h100",
+            h,
+            f"NeuSight H100 bmm/linear even rows mean |log err| {loss_h:.3f}; "
+            "mem_knee, warps_to_saturate, quantisation, tensor_efficiency and non-matmul classes from the A100",
+        ),
+    ):
         eff = ", ".join(f'"{k}": {v:.3f}' for k, v in q.compute_efficiency.items())
-        print(f'    "{name}": AnalyticParams(\n        compute_efficiency={{{eff}}},\n'
-              f"        dram_efficiency={q.dram_efficiency:.3f},\n        mem_knee={q.mem_knee:.2f},\n"
-              f"        warps_to_saturate={q.warps_to_saturate:.1f},\n        launch_us={q.launch_us:.2f},\n"
-              f"        quantisation={q.quantisation:.2f},\n        tensor_efficiency={q.tensor_efficiency:.3f},\n"
-              f'        provenance={{"data": "{note}"}},\n    ),')
+        print(
+            f'    "{name}": AnalyticParams(\n        compute_efficiency={{{eff}}},\n'
+            f"        dram_efficiency={q.dram_efficiency:.3f},\n        mem_knee={q.mem_knee:.2f},\n"
+            f"        warps_to_saturate={q.warps_to_saturate:.1f},\n        launch_us={q.launch_us:.2f},\n"
+            f"        quantisation={q.quantisation:.2f},\n        tensor_efficiency={q.tensor_efficiency:.3f},\n"
+            f'        provenance={{"data": "{note}"}},\n    ),'
+        )
 
 
 # ------------------------------------------------------------------ validation
@@ -190,8 +200,10 @@ def validate_ops() -> None:
             mask = np.isin(ops, group)
             if mask.any():
                 e = err[mask]
-                print(f"| {g} | {'+'.join(group)} | {mask.sum()} | {np.median(np.abs(e)):.1%} | "
-                      f"{np.mean(np.abs(e)):.1%} | {np.quantile(np.abs(e), 0.9):.1%} | {np.median(e):+.1%} |")
+                print(
+                    f"| {g} | {'+'.join(group)} | {mask.sum()} | {np.median(np.abs(e)):.1%} | "
+                    f"{np.mean(np.abs(e)):.1%} | {np.quantile(np.abs(e), 0.9):.1%} | {np.median(e):+.1%} |"
+                )
     print()
 
 
@@ -208,8 +220,10 @@ def validate_scaling() -> None:
             e, en = pred[:, j] / meas[:, j] - 1, naive[:, j] / meas[:, j] - 1
             totals = [pred[batches == b, j].sum() / meas[batches == b, j].sum() - 1 for b in np.unique(batches)]
             worst = max(totals, key=abs)
-            print(f"| {model} | {len(samples)} | {n} | {weighted_abs(e, w[:, j]):.1%} | {np.median(np.abs(e)):.1%} | "
-                  f"{weighted_abs(en, w[:, j]):.1%} | worst batch {worst:+.1%} |")
+            print(
+                f"| {model} | {len(samples)} | {n} | {weighted_abs(e, w[:, j]):.1%} | {np.median(np.abs(e)):.1%} | "
+                f"{weighted_abs(en, w[:, j]):.1%} | worst batch {worst:+.1%} |"
+            )
     print()
 
 
@@ -226,8 +240,17 @@ def eager_profile(app: str, batch: int):
     from bless.build.zoo import find
 
     launches = descriptor_launches(trace_forward(find(app)[0], batch, seed=0))
-    plan = Plan(app=app, gpu="a100", arch="sm_80", batch=batch, images=(), buffers=(), launches=launches,
-                path=Path(f"<eager {app}>"), descriptor_only=True)
+    plan = Plan(
+        app=app,
+        gpu="a100",
+        arch="sm_80",
+        batch=batch,
+        images=(),
+        buffers=(),
+        launches=launches,
+        path=Path(f"<eager {app}>"),
+        descriptor_only=True,
+    )
     return predict_profile(plan, "a100", precision="tf32")
 
 
@@ -239,12 +262,18 @@ def validate_whole_models(plan_dir: Path | None) -> None:
     print("## 3. Whole model on the A100: predicted (TVM build plan) vs measured (profiles/a100)\n")
     print("Measured: the compute kernels of profiles/a100/<app>.json (cuDNN/cuBLAS, Nsight Compute times) + 3 us;")
     print("host<->device copies excluded (a plan has none). Predicted: sum of the plan's kernels + 3 us;")
-    print("both interpolated between profile levels at 22/44/88 SMs. tf32: matmul-class kernels on tensor cores as the measured ones ran, fp32: CUDA cores.")
+    print(
+        "both interpolated between profile levels at 22/44/88 SMs. tf32: matmul-class kernels on tensor cores as the measured ones ran, fp32: CUDA cores."
+    )
     print("eager tf32: the same analytic model on the app's eager operator list (one launch per ATen op, traced on the")
-    print("CPU at the measured batch), the granularity the measured profile has; layout ms: the measured time in cuDNN's")
+    print(
+        "CPU at the measured batch), the granularity the measured profile has; layout ms: the measured time in cuDNN's"
+    )
     print("NCHW<->NHWC transforms, which neither predicted list contains.\n")
-    print("| app | kernels (plan / eager / measured) | SMs | measured ms | layout ms | predicted tf32 ms | error "
-          "| predicted fp32 ms | error | eager tf32 ms | error |")
+    print(
+        "| app | kernels (plan / eager / measured) | SMs | measured ms | layout ms | predicted tf32 ms | error "
+        "| predicted fp32 ms | error | eager tf32 ms | error |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for app in WHOLE_MODEL_APPS:
         path = (plan_dir / "a100" / app / "plan.json") if plan_dir else plan_path(app, "a100")
@@ -258,15 +287,19 @@ def validate_whole_models(plan_dir: Path | None) -> None:
         compute = ~measured.memcpy_mask()
         layout = np.array([any(k in d.name for k in LAYOUT_KERNELS) for d in measured.kernels])
 
-        def at(n: int, mask: np.ndarray) -> float:
-            return float(np.interp(1 / n, 1 / np.array(measured.level_sms[::-1]), measured.t[::-1][:, mask].sum(axis=1)))
+        def at(n: int, mask: np.ndarray, measured=measured) -> float:
+            return float(
+                np.interp(1 / n, 1 / np.array(measured.level_sms[::-1]), measured.t[::-1][:, mask].sum(axis=1))
+            )
 
         for n in MEASURED_SMS:
             m = at(n, compute) + 3e-6
             p = {x: v.t_at_sms(n).sum() + 3e-6 for x, v in predicted.items()}
             cells = " | ".join(f"{p[x] * 1e3:.2f} | {p[x] / m - 1:+.1%}" for x in ("tf32", "fp32", "eager"))
-            print(f"| {app} | {len(plan.launches)} / {predicted['eager'].n_kernels} / {int(compute.sum())} | {n} | "
-                  f"{m * 1e3:.2f} | {at(n, layout) * 1e3:.2f} | {cells} |")
+            print(
+                f"| {app} | {len(plan.launches)} / {predicted['eager'].n_kernels} / {int(compute.sum())} | {n} | "
+                f"{m * 1e3:.2f} | {at(n, layout) * 1e3:.2f} | {cells} |"
+            )
     print()
 
 
@@ -287,8 +320,12 @@ def show_calibration_passes(plan_dir: Path | None) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fit", action="store_true", help="refit the constants and print the FITTED block")
-    ap.add_argument("--plans", type=Path, default=None,
-                    help="build cache 'builds' directory holding a100/<app>/plan.json (default: $BLESS_CACHE)")
+    ap.add_argument(
+        "--plans",
+        type=Path,
+        default=None,
+        help="build cache 'builds' directory holding a100/<app>/plan.json (default: $BLESS_CACHE)",
+    )
     args = ap.parse_args(argv)
     if args.fit:
         fit(args)

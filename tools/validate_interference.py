@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bless.hw.costs import InterferenceModel  # noqa: E402
-from bless.sim import corun  # noqa: E402
-from bless.sim.corun import Exclusion, PairData, PairRow, RowResult  # noqa: E402
+from bless.hw.costs import InterferenceModel
+from bless.sim import corun
+from bless.sim.corun import Exclusion, PairData, PairRow, RowResult
 
 
 def main(argv=None) -> int:
@@ -74,8 +74,12 @@ def _buildable(rows: list[PairRow]) -> tuple[list[PairRow], list[Exclusion]]:
     for row in rows:
         unknown = [m for m in (row.model, row.corunner) if m not in known]
         if unknown:
-            missing.append(Exclusion(row, f"no A100 profile for {', '.join(unknown)} (the A100 kernel data has "
-                                          f"{', '.join(sorted(known))})"))
+            missing.append(
+                Exclusion(
+                    row,
+                    f"no A100 profile for {', '.join(unknown)} (the A100 kernel data has {', '.join(sorted(known))})",
+                )
+            )
         else:
             usable.append(row)
     return usable, missing
@@ -92,13 +96,15 @@ def _replay(pool, rows: list[PairRow], model: InterferenceModel, jobs: int) -> l
     for r in rows:
         by_point[(r.model, r.batch)].append(r)
     chunks: list[list[PairRow]] = [[] for _ in range(max(jobs, 1) * 4)]
-    for i, group in enumerate(sorted(by_point.values(), key=len, reverse=True)):
+    for _i, group in enumerate(sorted(by_point.values(), key=len, reverse=True)):
         min(chunks, key=len).extend(group)
     parts = pool.map(_replay_chunk, [(c, model.bandwidth) for c in chunks if c])
     results = {id(r.row): r for part in parts for r in part}
     order = {(r.model, r.batch, r.sm_pct, r.corunner, r.corunner_batch): i for i, r in enumerate(rows)}
-    return sorted(results.values(), key=lambda r: order[(r.row.model, r.row.batch, r.row.sm_pct,
-                                                         r.row.corunner, r.row.corunner_batch)])
+    return sorted(
+        results.values(),
+        key=lambda r: order[(r.row.model, r.row.batch, r.row.sm_pct, r.row.corunner, r.row.corunner_batch)],
+    )
 
 
 def _fit(pool, rows: list[PairRow], jobs: int, lo: float = 0.0, hi: float = 2.0, tol: float = 0.01) -> float:
@@ -125,16 +131,20 @@ def _fit(pool, rows: list[PairRow], jobs: int, lo: float = 0.0, hi: float = 2.0,
 
 
 def _report(data: PairData, results: list[RowResult], bandwidth: float, quiet: bool) -> None:
-    print(f"# Co-location replay: {len(results)} rows replayed, {len(data.excluded)} excluded; "
-          f"interference bandwidth coefficient {bandwidth:.3f}")
+    print(
+        f"# Co-location replay: {len(results)} rows replayed, {len(data.excluded)} excluded; "
+        f"interference bandwidth coefficient {bandwidth:.3f}"
+    )
     if not quiet:
         print()
         print("| model | batch | sm % | co-runner | batch | measured | simulated | error |")
         print("|---|---|---|---|---|---|---|---|")
         for r in results:
             w = r.row
-            print(f"| {w.model} | {w.batch} | {w.sm_pct} | {w.corunner} | {w.corunner_batch} | "
-                  f"{w.slowdown:.3f} | {r.replay.slowdown:.3f} | {100 * r.error:+.1f} % |")
+            print(
+                f"| {w.model} | {w.batch} | {w.sm_pct} | {w.corunner} | {w.corunner_batch} | "
+                f"{w.slowdown:.3f} | {r.replay.slowdown:.3f} | {100 * r.error:+.1f} % |"
+            )
     print()
     print("## Excluded rows")
     print()
@@ -153,8 +163,12 @@ def _report(data: PairData, results: list[RowResult], bandwidth: float, quiet: b
         ("per model batch", _group(results, lambda r: f"batch {r.row.batch}")),
     ]
     if data.memory:
-        groups.append(("per co-runner DRAM utilisation (memory file, at its batch and share)",
-                       _group(results, lambda r: _dram_bin(data, r.row))))
+        groups.append(
+            (
+                "per co-runner DRAM utilisation (memory file, at its batch and share)",
+                _group(results, lambda r: _dram_bin(data, r.row)),
+            )
+        )
     for title, grouped in groups:
         print()
         print(f"## {title}")
@@ -163,8 +177,10 @@ def _report(data: PairData, results: list[RowResult], bandwidth: float, quiet: b
         print("|---|---|---|---|---|---|---|")
         for name in sorted(grouped, key=_natural):
             s = corun.summarize(name, grouped[name])
-            print(f"| {name} | {s.rows} | {s.measured:.3f} | {s.simulated:.3f} | {100 * s.mean_abs_error:.2f} % | "
-                  f"{100 * s.worst_error:+.1f} % | {100 * s.excess_reproduced:.0f} % |")
+            print(
+                f"| {name} | {s.rows} | {s.measured:.3f} | {s.simulated:.3f} | {100 * s.mean_abs_error:.2f} % | "
+                f"{100 * s.worst_error:+.1f} % | {100 * s.excess_reproduced:.0f} % |"
+            )
 
 
 def _group(results: list[RowResult], key) -> dict[str, list[RowResult]]:

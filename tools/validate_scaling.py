@@ -36,8 +36,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bless.profiles.groundtruth import calibrate, lomo, mps  # noqa: E402
-from bless.profiles.groundtruth.scaling import FITTED, PARAM_NAMES  # noqa: E402
+from bless.profiles.groundtruth import calibrate, lomo, mps
+from bless.profiles.groundtruth.scaling import FITTED, PARAM_NAMES
 
 LEVELS = tuple(mps.mps_sms(p) for p in mps.MPS_LEVELS[:-1])
 SUMMARISED = ("twins+model", "model", "measured")
@@ -46,8 +46,9 @@ SUMMARISED = ("twins+model", "model", "measured")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-refit", action="store_true", help="use the shipped constants for held-out models")
-    ap.add_argument("--exact-sms", action="store_true",
-                    help="assemble curves at the measured SM counts, not the 18 profile levels")
+    ap.add_argument(
+        "--exact-sms", action="store_true", help="assemble curves at the measured SM counts, not the 18 profile levels"
+    )
     ap.add_argument("--fit", action="store_true", help="refit the shipped constants on all six models and print them")
     ap.add_argument("--max-iter", type=int, default=3000, help="Nelder-Mead iterations per fit")
     args = ap.parse_args(argv)
@@ -63,14 +64,16 @@ def main(argv=None) -> int:
     where = "the measured SM counts" if args.exact_sms else "the 18 profile levels, read at the measured SMs"
     print(f"## Whole-pass error through the profile assembly, leave-one-model-out ({how}; curves at {where})")
     print()
-    print("| model | batch | predictor | " + " | ".join(f"{p} % ({n} SMs)" for p, n in
-                                                     zip(mps.MPS_LEVELS, LEVELS)) + " |")
+    print(
+        "| model | batch | predictor | " + " | ".join(f"{p} % ({n} SMs)" for p, n in zip(mps.MPS_LEVELS, LEVELS)) + " |"
+    )
     print("|" + "---|" * (3 + len(LEVELS)))
     kernel_errs: dict[str, list[np.ndarray]] = {}
     worst: dict[tuple[str, str, int], tuple[float, int]] = {}
     used = {}
-    for held, params, checks in lomo.leave_one_model_out(refit=not args.no_refit, max_iter=args.max_iter,
-                                                         kernels_out=kernel_errs, exact_sms=args.exact_sms):
+    for held, params, checks in lomo.leave_one_model_out(
+        refit=not args.no_refit, max_iter=args.max_iter, kernels_out=kernel_errs, exact_sms=args.exact_sms
+    ):
         used[held] = params
         rows: dict[tuple[int, str], dict[int, float]] = {}
         for c in checks:
@@ -84,8 +87,10 @@ def main(argv=None) -> int:
     print()
     print("## Worst whole-pass error over all batches (1-64, VGG16 to 256), per model and level")
     print()
-    print("Signed error of the worst batch (batch in brackets). BERT has no grids, so no twins: "
-          "twins+model = model; its reference is 80 % (88 SMs).")
+    print(
+        "Signed error of the worst batch (batch in brackets). BERT has no grids, so no twins: "
+        "twins+model = model; its reference is 80 % (88 SMs)."
+    )
     print()
     print("| model | predictor | " + " | ".join(f"{n} SMs" for n in LEVELS) + " | worst |")
     print("|" + "---|" * (3 + len(LEVELS)))
@@ -105,8 +110,10 @@ def main(argv=None) -> int:
             overall[(group, name)] = max(overall[(group, name)], model_worst)
             print(f"| {held} | {name} | " + " | ".join(cells) + f" | {100 * model_worst:.1f} % |")
     print()
-    for group, label in (("cnn", f"the {len(calibrate.FIT_MODELS)} CNNs (reference 108 SMs)"),
-                         ("bert", "BERT (reference 88 SMs, model only)")):
+    for group, label in (
+        ("cnn", f"the {len(calibrate.FIT_MODELS)} CNNs (reference 108 SMs)"),
+        ("bert", "BERT (reference 88 SMs, model only)"),
+    ):
         if any(overall[(group, n)] for n in SUMMARISED):
             print(f"Worst over {label}: " + ", ".join(f"{n} {100 * overall[(group, n)]:.1f} %" for n in SUMMARISED))
             print()
@@ -116,8 +123,10 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|")
     for name in ("twins+model", "model", "linear"):
         a = np.abs(np.concatenate(kernel_errs[name]))
-        print(f"| {name} | {100 * np.percentile(a, 50):.1f} % | {100 * np.percentile(a, 90):.1f} % | "
-              f"{100 * np.percentile(a, 99):.1f} % | {a.size} |")
+        print(
+            f"| {name} | {100 * np.percentile(a, 50):.1f} % | {100 * np.percentile(a, 90):.1f} % | "
+            f"{100 * np.percentile(a, 99):.1f} % | {a.size} |"
+        )
     print()
     print("Shipped constants:", ", ".join(f"{n}={getattr(FITTED, n):.4g}" for n in PARAM_NAMES))
     if not args.no_refit:

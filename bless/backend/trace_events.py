@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 _ABUT = 1e-6
 """Microseconds of float error under which a span starting at another's end still abuts it."""
@@ -93,7 +94,7 @@ class Trace:
     host: list[Span] = field(default_factory=list)
     """What the host was doing: deciding and launching, deciding ahead, synchronising."""
 
-    def extend(self, other: "Trace") -> None:
+    def extend(self, other: Trace) -> None:
         """Add another run's records (the parts of an isolated run, each on its own GPU)."""
         self.kernels += other.kernels
         self.squads += other.squads
@@ -129,8 +130,13 @@ def trace_events(trace: Trace) -> list[dict[str, Any]]:
     for k in trace.kernels:
         p = k.placement
         track = writer.track(writer.process(f"app {k.app}"), p.context, sort=-p.context_sms)
-        args = {"app": k.app, "request": k.request, "kernel": k.kernel, "context": p.context,
-                "context_sms": p.context_sms}
+        args = {
+            "app": k.app,
+            "request": k.request,
+            "kernel": k.kernel,
+            "context": p.context,
+            "context_sms": p.context_sms,
+        }
         if p.sms is not None:
             args["sms"] = p.sms
         if k.error is not None:
@@ -210,11 +216,8 @@ def _lanes(spans: list[dict[str, Any]]) -> list[int]:
     lanes = []
     for e in spans:
         end = e["ts"] + e["dur"]
-        for lane, free_at in enumerate(ends):
-            if e["ts"] >= free_at - _ABUT:
-                break
-        else:
-            lane = len(ends)
+        lane = next((i for i, free_at in enumerate(ends) if e["ts"] >= free_at - _ABUT), len(ends))
+        if lane == len(ends):
             ends.append(end)
         ends[lane] = end
         lanes.append(lane)
@@ -307,4 +310,3 @@ class TraceRecorder:
             end=run.end,
             error=getattr(run, "error", None),
         )
-

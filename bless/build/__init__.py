@@ -1,2 +1,1 @@
-"""The offline pipeline: the model zoo, compilation to a launch plan (PTX), and the profiler.
-"""
+"""The offline pipeline: the model zoo, compilation to a launch plan (PTX), and the profiler."""

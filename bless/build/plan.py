@@ -40,7 +40,19 @@ FORMAT = "bless-plan"
 VERSION = 1
 IMAGE_KINDS = ("ptx", "cubin", "fatbin")
 ROLES = ("input", "output", "param", "activation", "workspace")
-SCALAR_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64")
+SCALAR_DTYPES = (
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+)
 BUFFER_DTYPES = (*SCALAR_DTYPES, "bool", "bfloat16")
 
 
@@ -224,9 +236,14 @@ def plan_to_dict(plan: Plan) -> dict:
 
 
 def _launch_to_dict(launch: Launch) -> dict:
-    shared = {} if launch.grid is None else {
-        "shared_mem_dynamic": launch.shared_mem_dynamic, "shared_mem_static": launch.shared_mem_static,
-    }
+    shared = (
+        {}
+        if launch.grid is None
+        else {
+            "shared_mem_dynamic": launch.shared_mem_dynamic,
+            "shared_mem_static": launch.shared_mem_static,
+        }
+    )
     return {
         "kernel": launch.kernel,
         "image": launch.image,
@@ -235,7 +252,8 @@ def _launch_to_dict(launch: Launch) -> dict:
         **shared,
         "registers": launch.registers,
         "args": [
-            {"buffer": a.buffer} if a.buffer is not None else {"scalar": a.scalar, "dtype": a.dtype} for a in launch.args
+            {"buffer": a.buffer} if a.buffer is not None else {"scalar": a.scalar, "dtype": a.dtype}
+            for a in launch.args
         ],
         "flops": launch.flops,
         "dram_bytes": launch.dram_bytes,

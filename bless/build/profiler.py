@@ -13,8 +13,8 @@ import contextlib
 import dataclasses
 import gc
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 

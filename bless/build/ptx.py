@@ -11,4 +11,4 @@ def ptx_entries(ptx: str) -> dict[str, str]:
     """Each ``.entry`` kernel's name and its text, up to the next entry (or the end)."""
     marks = list(_ENTRY.finditer(ptx))
     ends = [m.start() for m in marks[1:]] + [len(ptx)]
-    return {m.group(1): ptx[m.end():end] for m, end in zip(marks, ends)}
+    return {m.group(1): ptx[m.end() : end] for m, end in zip(marks, ends)}

@@ -22,10 +22,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 REPO_APPS = Path(__file__).resolve().parents[2] / "apps"
 DEFAULT_SEED = 0

@@ -13,7 +13,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     b = apps_sub.add_parser("build", help="compile an app with TVM into PTX and a launch plan (no GPU needed)")
     b.add_argument("app", metavar="MODEL|FILE.py", help="app name (see `bless apps list`) or a .py file defining APPS")
     b.add_argument("--gpu", required=True, help="GPU model to compile for (h100: sm_90, a100: sm_80)")
-    b.add_argument("--train", action="store_true", help="one training iteration (forward, backward, SGD update) instead of inference: a descriptor-only plan")
+    b.add_argument(
+        "--train",
+        action="store_true",
+        help="one training iteration (forward, backward, SGD update) instead of inference: a descriptor-only plan",
+    )
     b.add_argument("--out", help="directory for plan.json and the PTX (default: the build cache)")
     b.add_argument("--force", action="store_true", help="rebuild even when the cache holds a matching build")
     b.set_defaults(func=run_build)
@@ -54,10 +58,10 @@ def run_build(args: argparse.Namespace) -> int:
         how = "cached build" if result.cached else "built"
         if plan.descriptor_only:
             how += " (descriptor-only: traced on the CPU, no PTX; predictable, not launchable)"
-        gflop = sum(l.flops or 0.0 for l in plan.launches) / 1e9
+        gflop = sum(k.flops or 0.0 for k in plan.launches) / 1e9
         print(
             f"{plan.app} ({plan.gpu}, {plan.arch}, batch {plan.batch}): {how} in {result.seconds:.1f} s, "
-            f"{len(plan.launches)} kernel launches, {len({l.kernel for l in plan.launches})} distinct kernels, {gflop:.1f} GFLOP, "
+            f"{len(plan.launches)} kernel launches, {len({k.kernel for k in plan.launches})} distinct kernels, {gflop:.1f} GFLOP, "
             f"{plan.memory_bytes / 2**20:.0f} MiB of buffers; written to {plan.path}"
         )
         for warning in result.warnings:

@@ -8,8 +8,12 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="simulator speed (sim) or scheduling overhead per kernel (overhead)")
     p.add_argument("what", choices=("sim", "overhead"))
-    p.add_argument("--apps", nargs="+", default=["resnet50", "bert", "vgg11", "resnet101"],
-                   help="profiles to use (cycled); synthetic apps if none is found")
+    p.add_argument(
+        "--apps",
+        nargs="+",
+        default=["resnet50", "bert", "vgg11", "resnet101"],
+        help="profiles to use (cycled); synthetic apps if none is found",
+    )
     p.add_argument("--gpu", default="a100")
     p.add_argument("--kernels", type=int, default=200_000, help="sim: kernels to simulate per configuration")
     p.add_argument("--squad-size", type=int, default=50, help="overhead: squad size S")
@@ -47,16 +51,34 @@ def run(args: argparse.Namespace) -> int:
             table.add_column(col, justify="right")
         for n in (1, 2, 8):
             r = bench_sim(profiles, n, args.kernels, args.gpu)
-            table.add_row(str(n), str(r.kernels), f"{r.wall_seconds:.2f}", f"{r.kernels_per_second:,.0f}",
-                          f"{r.simulated_seconds:.2f}")
+            table.add_row(
+                str(n),
+                str(r.kernels),
+                f"{r.wall_seconds:.2f}",
+                f"{r.kernels_per_second:,.0f}",
+                f"{r.simulated_seconds:.2f}",
+            )
     else:
         table = Table(title=f"BLESS host overhead per scheduled kernel, S={args.squad_size} ({names})")
-        for col in ("active apps", "squads", "kernels/squad", "schedule us/kernel", "search us/kernel", "total us/kernel"):
+        for col in (
+            "active apps",
+            "squads",
+            "kernels/squad",
+            "schedule us/kernel",
+            "search us/kernel",
+            "total us/kernel",
+        ):
             table.add_column(col, justify="right")
         for n in (2, 4, 8):
             r = bench_overhead(profiles, n, args.squad_size, args.squads)
-            table.add_row(str(n), str(r.squads), f"{r.kernels / r.squads:.1f}", f"{r.schedule_us_per_kernel:.2f}",
-                          f"{r.search_us_per_kernel:.2f}", f"{r.us_per_kernel:.2f}")
+            table.add_row(
+                str(n),
+                str(r.squads),
+                f"{r.kernels / r.squads:.1f}",
+                f"{r.schedule_us_per_kernel:.2f}",
+                f"{r.search_us_per_kernel:.2f}",
+                f"{r.us_per_kernel:.2f}",
+            )
         console.print(table)
         table = Table(title=f"the whole policy step per scheduled kernel, in a replay (load A; {names})")
         for col in ("apps", "pacing", "steps", "kernels/step", "us/step", "us/kernel"):
@@ -64,7 +86,13 @@ def run(args: argparse.Namespace) -> int:
         for n in (2, 4, 8):
             for pacing in ("deadline", "paper"):
                 r = bench_policy_step(profiles, n, pacing)
-                table.add_row(str(n), pacing, str(r.steps), f"{r.kernels / max(r.steps, 1):.1f}",
-                              f"{r.us_per_step:.1f}", f"{r.us_per_kernel:.2f}")
+                table.add_row(
+                    str(n),
+                    pacing,
+                    str(r.steps),
+                    f"{r.kernels / max(r.steps, 1):.1f}",
+                    f"{r.us_per_step:.1f}",
+                    f"{r.us_per_kernel:.2f}",
+                )
     console.print(table)
     return 0

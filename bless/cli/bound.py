@@ -12,8 +12,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="lower bound on each app's mean latency for a run config (no policy can beat it); see bless/harness/bound.py",
     )
     p.add_argument("config", type=Path, help="run config (YAML), as for bless run")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, as for bless run (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, as for bless run (repeatable)",
+    )
     p.set_defaults(func=run)
 
 
@@ -30,9 +35,7 @@ def run(args: argparse.Namespace) -> int:
         apply_override(raw, assignment)
     cfg = config_from_dict(raw)
     result = bound_for_config(cfg)
-    table = Table(
-        title=f"{cfg.name}: lower bound on the mean latency (ms), {result.gpu}, {result.sm_count} SMs"
-    )
+    table = Table(title=f"{cfg.name}: lower bound on the mean latency (ms), {result.gpu}, {result.sm_count} SMs")
     for col in ("app", "quota", "load", "reqs", "fastest", "ISO", "bound"):
         table.add_column(col, justify="left" if col in ("app", "load") else "right", no_wrap=col == "app")
     for a in result.apps:

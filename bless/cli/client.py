@@ -9,25 +9,49 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("client", help="talk to a running bless server: register apps, infer, replay loads, stats")
-    p.add_argument("--server", default=os.environ.get("BLESS_SERVER", "127.0.0.1:8001"),
-                   help="host:port of the server (default $BLESS_SERVER or 127.0.0.1:8001)")
-    p.add_argument("--token", default=None,
-                   help="admin token for changes (default $BLESS_ADMIN_TOKEN, else the one in --state-dir)")
-    p.add_argument("--state-dir", type=Path, default=None,
-                   help="state dir of a local server, to read its generated admin token (default ~/.local/state/bless)")
+    p.add_argument(
+        "--server",
+        default=os.environ.get("BLESS_SERVER", "127.0.0.1:8001"),
+        help="host:port of the server (default $BLESS_SERVER or 127.0.0.1:8001)",
+    )
+    p.add_argument(
+        "--token",
+        default=None,
+        help="admin token for changes (default $BLESS_ADMIN_TOKEN, else the one in --state-dir)",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="state dir of a local server, to read its generated admin token (default ~/.local/state/bless)",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per call (default 60)")
     cmds = p.add_subparsers(dest="client_command", required=True, metavar="COMMAND")
 
     r = cmds.add_parser("register", help="register an app (admission answers accepted or why not)")
     r.add_argument("name", help="the app's model name on the server")
-    r.add_argument("--profile", required=True, help="profile name (profiles/<gpu>/<name>.json) or a profile .json path on the server")
+    r.add_argument(
+        "--profile",
+        required=True,
+        help="profile name (profiles/<gpu>/<name>.json) or a profile .json path on the server",
+    )
     r.add_argument("--quota", required=True, help="SM share: 50%%, 0.5 or 1/2")
     r.add_argument("--memory", type=int, default=0, help="device memory in bytes (default: the profile's)")
     r.add_argument("--slo", default="", help="latency target: 25ms, 0.025 or 2x (of the ISO latency)")
-    r.add_argument("--input", action="append", default=[], metavar="NAME:DTYPE:SHAPE",
-                   help="input tensor, e.g. INPUT:FP32:-1,16 (repeatable; default INPUT:FP32:-1,16)")
-    r.add_argument("--output", action="append", default=[], metavar="NAME:DTYPE:SHAPE",
-                   help="output tensor (repeatable; default OUTPUT:FP32:-1,4)")
+    r.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME:DTYPE:SHAPE",
+        help="input tensor, e.g. INPUT:FP32:-1,16 (repeatable; default INPUT:FP32:-1,16)",
+    )
+    r.add_argument(
+        "--output",
+        action="append",
+        default=[],
+        metavar="NAME:DTYPE:SHAPE",
+        help="output tensor (repeatable; default OUTPUT:FP32:-1,4)",
+    )
     r.add_argument("--dry-run", action="store_true", help="only ask whether it would be admitted")
 
     u = cmds.add_parser("unregister", help="remove an app (its queued requests fail with ABORTED)")
@@ -51,14 +75,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     i = cmds.add_parser("infer", help="send requests to one app and print latency percentiles")
     i.add_argument("--app", required=True)
     i.add_argument("-n", "--requests", type=int, default=100, help="requests to send (default 100)")
-    i.add_argument("--rate", type=float, default=None,
-                   help="open loop: Poisson arrivals at this many requests/s (default: one at a time, back to back)")
+    i.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="open loop: Poisson arrivals at this many requests/s (default: one at a time, back to back)",
+    )
     i.add_argument("--seed", type=int, default=0)
 
-    rp = cmds.add_parser("replay", help="replay loads (workloads A/B/C, poisson:RATE, traces) with many requests in flight")
+    rp = cmds.add_parser(
+        "replay", help="replay loads (workloads A/B/C, poisson:RATE, traces) with many requests in flight"
+    )
     rp.add_argument("--config", type=Path, help="a bless run config: its apps, loads, duration and seed")
-    rp.add_argument("--load", action="append", default=[], metavar="APP=LOAD",
-                    help="an app and its load: A, B, C, poisson:RATE or a YAML mapping (repeatable)")
+    rp.add_argument(
+        "--load",
+        action="append",
+        default=[],
+        metavar="APP=LOAD",
+        help="an app and its load: A, B, C, poisson:RATE or a YAML mapping (repeatable)",
+    )
     rp.add_argument("--duration", type=float, default=None, help="seconds of arrivals (default: the config's, else 10)")
     rp.add_argument("--seed", type=int, default=None, help="load seed (default: the config's, else 0)")
     rp.add_argument("--register", action="store_true", help="register the config's apps first (needs the token)")
@@ -108,8 +143,13 @@ def _register(c, args, console) -> int:
     from bless.serving.client.client import DEFAULT_INPUTS, DEFAULT_OUTPUTS
 
     r = c.register(
-        args.name, args.profile, args.quota, memory_bytes=args.memory, slo=args.slo,
-        inputs=_tensors(args.input, DEFAULT_INPUTS, "input"), outputs=_tensors(args.output, DEFAULT_OUTPUTS, "output"),
+        args.name,
+        args.profile,
+        args.quota,
+        memory_bytes=args.memory,
+        slo=args.slo,
+        inputs=_tensors(args.input, DEFAULT_INPUTS, "input"),
+        outputs=_tensors(args.output, DEFAULT_OUTPUTS, "output"),
         dry_run=args.dry_run,
     )
     if not r.admission.accepted:
@@ -119,8 +159,10 @@ def _register(c, args, console) -> int:
         console.print(f"{args.name}: would be admitted")
         return 0
     a = r.app
-    console.print(f"registered {a.name}: quota {a.quota:.0%}, ISO latency {_ms(a.iso_latency_seconds)} ms, "
-                  f"solo {_ms(a.solo_latency_seconds)} ms, {a.kernels} kernels")
+    console.print(
+        f"registered {a.name}: quota {a.quota:.0%}, ISO latency {_ms(a.iso_latency_seconds)} ms, "
+        f"solo {_ms(a.solo_latency_seconds)} ms, {a.kernels} kernels"
+    )
     return 0
 
 
@@ -141,15 +183,25 @@ def _apps(c, args, console) -> int:
 
     r = c.apps()
     g = r.gpu
-    console.print(f"{g.backend}: {g.memory_used_bytes / 2**30:.1f} of {g.memory_bytes / 2**30:.0f} GiB used, "
-                  f"restricted levels up to {g.max_restricted_level}, squads of {g.squad_size}")
+    console.print(
+        f"{g.backend}: {g.memory_used_bytes / 2**30:.1f} of {g.memory_bytes / 2**30:.0f} GiB used, "
+        f"restricted levels up to {g.max_restricted_level}, squads of {g.squad_size}"
+    )
     t = Table("app", "profile", "quota", "ISO ms", "solo ms", "SLO ms", "kernels", "state")
     for a in r.apps:
-        t.add_row(a.name, a.profile, f"{a.quota:.0%}", _ms(a.iso_latency_seconds), _ms(a.solo_latency_seconds),
-                  _ms(a.slo_seconds) if a.slo_seconds else "-", str(a.kernels), a.state)
+        t.add_row(
+            a.name,
+            a.profile,
+            f"{a.quota:.0%}",
+            _ms(a.iso_latency_seconds),
+            _ms(a.solo_latency_seconds),
+            _ms(a.slo_seconds) if a.slo_seconds else "-",
+            str(a.kernels),
+            a.state,
+        )
     console.print(t)
     for a in r.apps:
-        tensors = (lambda ts: ", ".join(f"{x.name}:{x.datatype}{list(x.shape)}" for x in ts))
+        tensors = lambda ts: ", ".join(f"{x.name}:{x.datatype}{list(x.shape)}" for x in ts)
         console.print(f"{a.name}: inputs {tensors(a.inputs)}; outputs {tensors(a.outputs)}", soft_wrap=True)
     return 0
 
@@ -158,17 +210,43 @@ def _stats(c, args, console) -> int:
     from rich.table import Table
 
     r = c.stats(args.name)
-    t = Table("app", "quota", "ok", "errors", "mean ms", "p50 ms", "p99 ms", "queue ms", "ISO ms", ">target", "req/s",
-              title=f"window {r.window_seconds:.1f} s")
+    t = Table(
+        "app",
+        "quota",
+        "ok",
+        "errors",
+        "mean ms",
+        "p50 ms",
+        "p99 ms",
+        "queue ms",
+        "ISO ms",
+        ">target",
+        "req/s",
+        title=f"window {r.window_seconds:.1f} s",
+    )
     for a in r.apps:
-        errors = ", ".join(f"{k} {getattr(a, k)}" for k in ("failed", "rejected", "cancelled", "aborted") if getattr(a, k))
-        t.add_row(a.name, f"{a.quota:.0%}", str(a.succeeded), errors or "-", _ms(a.latency.mean_seconds),
-                  _ms(a.latency.p50_seconds), _ms(a.latency.p99_seconds), _ms(a.queue.mean_seconds),
-                  _ms(a.iso_latency_seconds), f"{a.target_violation_rate:.0%}", f"{a.throughput_rps:.1f}")
+        errors = ", ".join(
+            f"{k} {getattr(a, k)}" for k in ("failed", "rejected", "cancelled", "aborted") if getattr(a, k)
+        )
+        t.add_row(
+            a.name,
+            f"{a.quota:.0%}",
+            str(a.succeeded),
+            errors or "-",
+            _ms(a.latency.mean_seconds),
+            _ms(a.latency.p50_seconds),
+            _ms(a.latency.p99_seconds),
+            _ms(a.queue.mean_seconds),
+            _ms(a.iso_latency_seconds),
+            f"{a.target_violation_rate:.0%}",
+            f"{a.throughput_rps:.1f}",
+        )
     console.print(t)
     g = r.gpu
-    console.print(f"GPU utilisation {g.utilisation:.1%}; {g.squads} squads, mean {_ms(g.squad_mean_seconds)} ms, "
-                  f"p99 {_ms(g.squad_p99_seconds)} ms, {g.restricted_share:.0%} split; up {g.uptime_seconds:.0f} s")
+    console.print(
+        f"GPU utilisation {g.utilisation:.1%}; {g.squads} squads, mean {_ms(g.squad_mean_seconds)} ms, "
+        f"p99 {_ms(g.squad_p99_seconds)} ms, {g.restricted_share:.0%} split; up {g.uptime_seconds:.0f} s"
+    )
     if args.reset:
         c.reset_stats()
     return 0
@@ -183,14 +261,34 @@ def _fault(c, args, console) -> int:
 def _print_replay(result, console) -> None:
     from rich.table import Table
 
-    t = Table("app", "sent", "ok", "errors", "mean ms", "p50 ms", "p99 ms", "server ms", "overhead p50/p99", "req/s",
-              title=f"client view, {result.wall_seconds:.1f} s")
-    f = (lambda x: "-" if x != x else f"{x:.2f}")
+    t = Table(
+        "app",
+        "sent",
+        "ok",
+        "errors",
+        "mean ms",
+        "p50 ms",
+        "p99 ms",
+        "server ms",
+        "overhead p50/p99",
+        "req/s",
+        title=f"client view, {result.wall_seconds:.1f} s",
+    )
+    f = lambda x: "-" if x != x else f"{x:.2f}"
     for row in result.summary():
         errors = ", ".join(f"{k} {v}" for k, v in row["errors"].items()) or "-"
-        t.add_row(row["app"], str(row["sent"]), str(row["ok"]), errors, f(row["mean_ms"]), f(row["p50_ms"]),
-                  f(row["p99_ms"]), f(row["server_mean_ms"]),
-                  f"{f(row['overhead_p50_ms'])}/{f(row['overhead_p99_ms'])}", f(row["throughput_rps"]))
+        t.add_row(
+            row["app"],
+            str(row["sent"]),
+            str(row["ok"]),
+            errors,
+            f(row["mean_ms"]),
+            f(row["p50_ms"]),
+            f(row["p99_ms"]),
+            f(row["server_mean_ms"]),
+            f"{f(row['overhead_p50_ms'])}/{f(row['overhead_p99_ms'])}",
+            f(row["throughput_rps"]),
+        )
     console.print(t)
 
 
@@ -199,7 +297,9 @@ def _infer(c, args, console) -> int:
     from bless.serving.client import AppLoad, replay
 
     load = Poisson(args.rate) if args.rate else ClosedLoop(0.0, relative=False)
-    result = replay(args.server, [AppLoad(args.app, load, requests=args.requests)], seed=args.seed, timeout=args.timeout)
+    result = replay(
+        args.server, [AppLoad(args.app, load, requests=args.requests)], seed=args.seed, timeout=args.timeout
+    )
     _print_replay(result, console)
     return 0 if all(s.status == "OK" for s in result.samples) else 1
 
@@ -232,13 +332,24 @@ def _replay(c, args, console) -> int:
         loads.append(AppLoad(app, parse_load(yaml.safe_load(spec), f"--load {app}")))
     if not loads:
         raise ValueError("nothing to replay: give --config RUN.yaml and/or --load APP=LOAD")
-    result = replay(args.server, loads, args.duration or duration, seed=args.seed if args.seed is not None else seed,
-                    timeout=args.timeout)
+    result = replay(
+        args.server,
+        loads,
+        args.duration or duration,
+        seed=args.seed if args.seed is not None else seed,
+        timeout=args.timeout,
+    )
     _print_replay(result, console)
     return 0
 
 
 _COMMANDS = {
-    "register": _register, "unregister": _unregister, "quota": _quota, "apps": _apps, "stats": _stats,
-    "fault": _fault, "infer": _infer, "replay": _replay,
+    "register": _register,
+    "unregister": _unregister,
+    "quota": _quota,
+    "apps": _apps,
+    "stats": _stats,
+    "fault": _fault,
+    "infer": _infer,
+    "replay": _replay,
 }

@@ -68,8 +68,10 @@ def _data_args(p: argparse.ArgumentParser) -> None:
 
 def _note_relative(data) -> None:
     if data.relative_to_solo:
-        print(f"note: {data.features.source} has no solo_throughput column; the throughputs in the pairs file "
-              "are taken as relative to each workload's solo throughput and summed as given")
+        print(
+            f"note: {data.features.source} has no solo_throughput column; the throughputs in the pairs file "
+            "are taken as relative to each workload's solo throughput and summed as given"
+        )
 
 
 # ------------------------------------------------------------------ evaluate
@@ -107,18 +109,25 @@ def run_evaluate(args: argparse.Namespace) -> int:
     console = _console(max(map(len, result.targets)) + 11 * len(result.policies) + 8)
     console.print(table)
     for name, err in result.errors.items():
-        console.print(f"{name}: predicted vs measured throughput sum on evaluated pairs: "
-                      f"MAE {err.mae:.3f}, R² {err.r2:.3f}")
+        console.print(
+            f"{name}: predicted vs measured throughput sum on evaluated pairs: MAE {err.mae:.3f}, R² {err.r2:.3f}"
+        )
     fits = result.fits
     if result.best_rules:
-        console.print("Best-rule (chosen on training pairs): "
-                      + ", ".join(f"{k} {v}/{fits}" for k, v in result.best_rules.most_common()))
-    console.print(f"KACE features kept (|r| >= {args.min_correlation:.2f}): "
-                  + ", ".join(f"{k} {v}/{fits}" for k, v in result.kace_columns.most_common()))
+        console.print(
+            "Best-rule (chosen on training pairs): "
+            + ", ".join(f"{k} {v}/{fits}" for k, v in result.best_rules.most_common())
+        )
+    console.print(
+        f"KACE features kept (|r| >= {args.min_correlation:.2f}): "
+        + ", ".join(f"{k} {v}/{fits}" for k, v in result.kace_columns.most_common())
+    )
     if result.interpolating_fits:
-        console.print(f"note: {result.interpolating_fits} of {result.fits} KACE fits had no more training pairs than "
-                      "coefficients (an exact fit): its predicted values for new pairs are unreliable; "
-                      "measure more pairs or raise --train-frac")
+        console.print(
+            f"note: {result.interpolating_fits} of {result.fits} KACE fits had no more training pairs than "
+            "coefficients (an exact fit): its predicted values for new pairs are unreliable; "
+            "measure more pairs or raise --train-frac"
+        )
     for rule, why in result.missing_rules.items():
         console.print(f"{rule} left out: {why} (name the column with --{_rule_flag(rule)}-column)")
     return 0
@@ -150,8 +159,10 @@ def run_fit(args: argparse.Namespace) -> int:
     x = pair_matrix(data.features, [(p.workload1, p.workload2) for p in data.pairs])
     model = KaceModel.fit(x, data.throughput_sums, data.features.columns, args.min_correlation)
     path = model.save(args.out)
-    print(f"KACE model trained on {len(data.pairs)} pairs, using {', '.join(model.inputs.selected_names)}; "
-          f"written to {path}")
+    print(
+        f"KACE model trained on {len(data.pairs)} pairs, using {', '.join(model.inputs.selected_names)}; "
+        f"written to {path}"
+    )
     return 0
 
 
@@ -203,10 +214,11 @@ def run_generate(args: argparse.Namespace) -> int:
     }
     f, p = write(result, args.out, provenance)
     n = len(profiles)
-    print(f"{n} apps, {len(result.pairs)} pairs ({len(result.absent)} did not fit in memory), "
-          f"{result.kernels:,} kernels simulated in {result.wall_seconds:.1f} s wall with {args.jobs} job(s)")
+    print(
+        f"{n} apps, {len(result.pairs)} pairs ({len(result.absent)} did not fit in memory), "
+        f"{result.kernels:,} kernels simulated in {result.wall_seconds:.1f} s wall with {args.jobs} job(s)"
+    )
     for col, why in result.dropped_columns.items():
         print(f"  column {col} left out: {why}")
     print(f"wrote {f} and {p}")
     return 0
-

@@ -10,7 +10,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mps", help="start, stop or query the MPS daemon the CUDA backend's MPS contexts need")
     p.add_argument("action", choices=("start", "stop", "status"))
     p.add_argument(
-        "--dir", type=Path, default=None,
+        "--dir",
+        type=Path,
+        default=None,
         help="state directory holding the pipe/ and log/ folders (default ~/.local/state/bless/mps)",
     )
     p.set_defaults(func=run)

@@ -17,17 +17,22 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="time every kernel of an app at the 18 SM levels and write its profile")
     p.add_argument(
-        "apps", nargs="+", metavar="APP",
+        "apps",
+        nargs="+",
+        metavar="APP",
         help="app name (see `bless apps list`), a profile .json, or a model .py file (built and predicted when no profile exists)",
     )
     p.add_argument("--gpu", default="a100", help="GPU model (default a100)")
     p.add_argument("--backend", default="sim", help="backend to profile on: sim (default) or cuda")
     p.add_argument(
-        "--mechanism", default=None, choices=("mps", "green"),
+        "--mechanism",
+        default=None,
+        choices=("mps", "green"),
         help="SM restriction mechanism (default: the backend's; mps on sim, green contexts on cuda when the driver has them)",
     )
     p.add_argument(
-        "--train", action="store_true",
+        "--train",
+        action="store_true",
         help="profile one training iteration (APP_train) instead of inference; a model is traced into a training plan",
     )
     p.add_argument("--repeats", type=int, default=3, help="timed runs per level (median kept)")
@@ -50,9 +55,7 @@ def run(args: argparse.Namespace) -> int:
         app for name in args.apps for app in _profiles_or_predictions(name, args.gpu, mechanism, console, args.train)
     ]
     for app in apps:
-        profile, report = profile_app(
-            backend, app, repeats=args.repeats, warmup=args.warmup, mechanism=mechanism
-        )
+        profile, report = profile_app(backend, app, repeats=args.repeats, warmup=args.warmup, mechanism=mechanism)
         if app.provenance.method == "predicted" and backend.name == "sim":
             profile = _keep_predicted(profile, app, report)
         path = profile.save(args.out / profile.gpu / f"{profile.app}.json")

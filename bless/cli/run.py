@@ -9,13 +9,23 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run apps with quotas and loads under a policy; print and save the results")
     p.add_argument("config", type=Path, help="run config (YAML); see bless/harness/config.py for the fields")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set policy=temporal --set apps.0.quota=0.7 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set policy=temporal --set apps.0.quota=0.7 (repeatable)",
+    )
     p.add_argument("--out", type=Path, default=None, help="results directory (default results/<name>)")
     p.add_argument("--no-plot", action="store_true", help="skip the latency chart")
-    p.add_argument("--trace", type=Path, default=None, metavar="PATH",
-                   help="also write a timeline of every kernel, squad and host phase "
-                        "(Chrome trace-event JSON: open in ui.perfetto.dev or chrome://tracing)")
+    p.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also write a timeline of every kernel, squad and host phase "
+        "(Chrome trace-event JSON: open in ui.perfetto.dev or chrome://tracing)",
+    )
     p.set_defaults(func=run)
 
 
@@ -30,7 +40,7 @@ def apply_override(raw: dict, assignment: str) -> None:
         raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE")
     parts = key.split(".")
     node = raw
-    for i, part in enumerate(parts[:-1]):
+    for _i, part in enumerate(parts[:-1]):
         node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
     last = parts[-1]
     parsed = yaml.safe_load(value)

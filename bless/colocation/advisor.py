@@ -18,8 +18,9 @@ Settings (the ``admission`` section of a run config or server config)::
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,9 @@ def feature_table(apps: Sequence[tuple[str, Profile]], mechanism: str = "mps") -
     return FeatureTable(tuple(name for name, _ in apps), columns, values, "app profiles")
 
 
-def rank(model: KaceModel, target: tuple[str, Profile], candidates: Sequence[tuple[str, Profile]]) -> list[tuple[str, float]]:
+def rank(
+    model: KaceModel, target: tuple[str, Profile], candidates: Sequence[tuple[str, Profile]]
+) -> list[tuple[str, float]]:
     """Candidates by predicted throughput sum with ``target``, best first."""
     table = feature_table([target, *candidates])
     sums = model.predict_pairs(table, [(target[0], name) for name, _ in candidates])
@@ -66,7 +69,7 @@ class ColocationGate:
     """False: warn and admit anyway; True: reject."""
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any] | None, where: str = "admission") -> "ColocationGate | None":
+    def from_settings(cls, settings: Mapping[str, Any] | None, where: str = "admission") -> ColocationGate | None:
         """A gate from the admission settings, or None when no ``kace_model`` is named."""
         settings = dict(settings or {})
         if not settings.get("kace_model"):

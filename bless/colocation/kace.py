@@ -59,9 +59,10 @@ is left out of that app's features; the generator then drops the column.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -162,7 +163,7 @@ class Normaliser:
     scale: np.ndarray
 
     @classmethod
-    def fit(cls, x: np.ndarray) -> "Normaliser":
+    def fit(cls, x: np.ndarray) -> Normaliser:
         std = x.std(axis=0, ddof=1) if len(x) > 1 else np.zeros(x.shape[1])
         return cls(x.mean(axis=0), np.where(std > 0, std, 1.0))
 
@@ -201,7 +202,7 @@ class PairInputs:
     normaliser: Normaliser
 
     @classmethod
-    def fit(cls, x: np.ndarray, y: np.ndarray, columns: tuple[str, ...], min_correlation: float) -> "PairInputs":
+    def fit(cls, x: np.ndarray, y: np.ndarray, columns: tuple[str, ...], min_correlation: float) -> PairInputs:
         keep = correlated_columns(x, y, min_correlation)
         return cls(columns, tuple(int(i) for i in keep), Normaliser.fit(x[:, keep]))
 
@@ -220,7 +221,6 @@ def _check_training(x: np.ndarray, y: np.ndarray, columns: tuple[str, ...]) -> N
         raise ModelError(f"{len(y)} training pairs; a fit needs at least {MIN_TRAINING_PAIRS}")
 
 
-
 # ------------------------------------------------------------------ KACE linear model
 @dataclass(frozen=True, eq=False)
 class KaceModel:
@@ -235,7 +235,7 @@ class KaceModel:
     @classmethod
     def fit(
         cls, x: np.ndarray, y: np.ndarray, columns: tuple[str, ...], min_correlation: float = MIN_CORRELATION
-    ) -> "KaceModel":
+    ) -> KaceModel:
         """Least squares with an intercept (minimum-norm when features outnumber pairs)."""
         _check_training(x, y, columns)
         inputs = PairInputs.fit(x, y, columns, min_correlation)
@@ -279,7 +279,7 @@ class KaceModel:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "KaceModel":
+    def load(cls, path: str | Path) -> KaceModel:
         path = Path(path)
         try:
             raw = json.loads(path.read_text())
@@ -293,7 +293,7 @@ class KaceModel:
             raise ModelError(f"{path}: {e}") from None
 
     @classmethod
-    def from_dict(cls, raw: Any) -> "KaceModel":
+    def from_dict(cls, raw: Any) -> KaceModel:
         if not isinstance(raw, dict) or raw.get("format") != MODEL_FORMAT:
             raise ValueError(f"format: expected {MODEL_FORMAT!r}; is this a `bless kace fit` model file?")
         if raw.get("version") != MODEL_VERSION:
@@ -340,7 +340,7 @@ class ForestModel:
         columns: tuple[str, ...],
         seed: int,
         min_correlation: float = MIN_CORRELATION,
-    ) -> "ForestModel":
+    ) -> ForestModel:
         from sklearn.ensemble import RandomForestRegressor
 
         _check_training(x, y, columns)
@@ -351,4 +351,3 @@ class ForestModel:
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         return self.forest.predict(self.inputs.transform(x))
-

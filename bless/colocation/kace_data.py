@@ -64,7 +64,7 @@ class FeatureTable:
     def percentage_mask(self) -> np.ndarray:
         return np.array([is_percentage(c) for c in self.columns], dtype=bool)
 
-    def subset(self, columns: tuple[str, ...]) -> "FeatureTable":
+    def subset(self, columns: tuple[str, ...]) -> FeatureTable:
         """The same workloads with only ``columns`` (in that order)."""
         missing = [c for c in columns if c not in self.columns]
         if missing:
@@ -147,9 +147,7 @@ def read_pairs(path: str | Path, features: FeatureTable) -> tuple[PairMeasuremen
     header, rows = _read_csv(path, "pairs")
     missing = [c for c in PAIR_COLUMNS if c not in header]
     if missing:
-        raise DataError(
-            f"{path}: row 1: missing column(s) {', '.join(missing)}; P needs {','.join(PAIR_COLUMNS)}"
-        )
+        raise DataError(f"{path}: row 1: missing column(s) {', '.join(missing)}; P needs {','.join(PAIR_COLUMNS)}")
     known = set(features.workloads)
     seen: dict[frozenset[str], int] = {}
     pairs = []

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -114,9 +114,7 @@ def resolve_rule_columns(table: FeatureTable, chosen: dict[str, str | None]) -> 
             missing[name] = f"no column {' or '.join(repr(c) for c in defaults)} in {table.source}"
         else:
             found[name] = column
-    all_rules = pol.rules(
-        found.get("MEMCAP", ""), found.get("SM%", ""), found.get("MEM%", "")
-    )
+    all_rules = pol.rules(found.get("MEMCAP", ""), found.get("SM%", ""), found.get("MEM%", ""))
     return [r for r in all_rules if r.name in found], missing
 
 
@@ -124,7 +122,7 @@ def training_size(n_pairs: int, train_frac: float, source: str) -> int:
     """Pairs to train on; a clear error when that is too few or leaves nothing to test."""
     if not 0 < train_frac < 1:
         raise DataError(f"--train-frac must be between 0 and 1 (exclusive), got {train_frac}")
-    n_train = int(round(train_frac * n_pairs))
+    n_train = round(train_frac * n_pairs)
     if n_train < MIN_TRAINING_PAIRS:
         raise DataError(
             f"{source}: {n_pairs} pairs; --train-frac {train_frac} leaves {n_train} for training, "
@@ -231,7 +229,9 @@ def _fit(x, y, train, evaluated, columns, config: EvalConfig, state: _Tally, see
     return models
 
 
-def _candidates(data: ColocationData, table: FeatureTable, target: str, idx: Sequence[int], predicted) -> list[pol.Candidate]:
+def _candidates(
+    data: ColocationData, table: FeatureTable, target: str, idx: Sequence[int], predicted
+) -> list[pol.Candidate]:
     out = []
     for j, i in enumerate(idx):
         partner = data.pairs[i].partner_of(target)
@@ -276,4 +276,3 @@ def _scores(data, table, target, idx, x, models, rules, best, policies) -> np.nd
     if best is not None:
         row[BEST_RULE] = row[best.name]
     return np.array([row[p] for p in policies])
-

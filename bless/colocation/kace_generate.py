@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import combinations_with_replacement
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -161,7 +161,7 @@ def generate(profiles: Sequence[Profile], gpu: str, seconds: float, jobs: int = 
     ]
     table, dropped = _feature_table(names, rows)
     pairs, absent = [], []
-    for (idx, _, _), run in zip(tasks[len(profiles):], results[len(profiles):]):
+    for (idx, _, _), run in zip(tasks[len(profiles) :], results[len(profiles) :]):
         a, b = names[idx[0]], names[idx[1]]
         if run is None:
             absent.append((a, b))

@@ -19,8 +19,8 @@ Ties go to the first candidate in the given order, so results are reproducible.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 

@@ -150,8 +150,12 @@ class SquadConfig:
         if kind not in KINDS:
             raise ValueError(f"squad configuration kind must be one of {', '.join(KINDS)}, got {kind!r}")
         for name, value in (
-            ("kind", kind), ("partitions", tuple(partitions)), ("estimate", estimate),
-            ("nsp_estimate", nsp_estimate), ("sp_estimate", sp_estimate), ("split_ratio", split_ratio),
+            ("kind", kind),
+            ("partitions", tuple(partitions)),
+            ("estimate", estimate),
+            ("nsp_estimate", nsp_estimate),
+            ("sp_estimate", sp_estimate),
+            ("split_ratio", split_ratio),
             ("seq_estimate", seq_estimate),
         ):
             object.__setattr__(self, name, value)
@@ -325,8 +329,22 @@ class Determiner:
         return sum(self.seq_times(squad)) + self.barrier * max(len(squad.entries) - 1, 0)
 
     def _walk(self, g0, cnt, rcnt, caps, ready) -> float:
-        return float(_walk(self._dense, self._most, self._dram, g0, cnt, rcnt, caps, ready,
-                           self.switch_cost, self.interference, self._sets, np.zeros(len(cnt))))
+        return float(
+            _walk(
+                self._dense,
+                self._most,
+                self._dram,
+                g0,
+                cnt,
+                rcnt,
+                caps,
+                ready,
+                self.switch_cost,
+                self.interference,
+                self._sets,
+                np.zeros(len(cnt)),
+            )
+        )
 
     def run_ends(self, runs: list[tuple[Profile, int, int, int | None]], ready: np.ndarray) -> np.ndarray:
         """When each run ``(profile, start, count, sm_limit)`` -- kernels ``[start, start + count)``
@@ -338,8 +356,20 @@ class Determiner:
         rcnt = np.array([0 if lim is None else c for _, _, c, lim in runs], dtype=np.int64)
         caps = np.array([1 if lim is None else lim for *_, lim in runs], dtype=np.int64)
         ends = np.zeros(k)
-        _walk(self._dense, self._most, self._dram, g0, cnt, rcnt, caps, np.asarray(ready, dtype=np.float64),
-              self.switch_cost, self.interference, self._sets, ends)
+        _walk(
+            self._dense,
+            self._most,
+            self._dram,
+            g0,
+            cnt,
+            rcnt,
+            caps,
+            np.asarray(ready, dtype=np.float64),
+            self.switch_cost,
+            self.interference,
+            self._sets,
+            ends,
+        )
         return ends
 
     # ------------------------------------------------------------ decision
@@ -367,10 +397,23 @@ class Determiner:
         split = self.mode in ("auto", "sp") and k > 1
         seq = self.mode in ("auto", "seq") and k > 1
         out = _decide(
-            self._dense, self._most, self._dram, g0, cnt, prev, self._level_sms, self.max_partitions,
-            self._ratios, self.switch_cost, max(self.switch_cost - self.barrier, 0.0), self.barrier,
-            self.interference, self._sets,
-            self.mode in ("auto", "nsp") or k == 1, split, seq,
+            self._dense,
+            self._most,
+            self._dram,
+            g0,
+            cnt,
+            prev,
+            self._level_sms,
+            self.max_partitions,
+            self._ratios,
+            self.switch_cost,
+            max(self.switch_cost - self.barrier, 0.0),
+            self.barrier,
+            self.interference,
+            self._sets,
+            self.mode in ("auto", "nsp") or k == 1,
+            split,
+            seq,
         )
         nsp_est, seq_est, sp_est, ratio = float(out[0]), float(out[1]), float(out[2]), float(out[3])
         if split and sp_est < nsp_est and sp_est < seq_est:
@@ -451,9 +494,9 @@ def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, ends):
         while True:
             pick = -1
             for j in range(k):
-                if ptr[j] < cnt[j] and seq[j] < 0 and rdy[j] <= now + 1e-12:
-                    if pick < 0 or ptr[j] < ptr[pick]:
-                        pick = j
+                ready = ptr[j] < cnt[j] and seq[j] < 0 and rdy[j] <= now + 1e-12
+                if ready and (pick < 0 or ptr[j] < ptr[pick]):
+                    pick = j
             if pick < 0:
                 break
             seq[pick] = counter
@@ -537,8 +580,25 @@ def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, ends):
 
 
 @numba.njit(cache=True)
-def _decide(dense, most, dram, g0, cnt, prev, level_sms, cap, ratios, gap, enter, barrier, c_bw, sets,
-            want_nsp, want_sp, want_seq):
+def _decide(
+    dense,
+    most,
+    dram,
+    g0,
+    cnt,
+    prev,
+    level_sms,
+    cap,
+    ratios,
+    gap,
+    enter,
+    barrier,
+    c_bw,
+    sets,
+    want_nsp,
+    want_sp,
+    want_seq,
+):
     """Price NSP, the best split at each ratio and SEQ in one call.
 
     Returns ``[nsp, seq, split, ratio, partitions...]`` (inf: not priced).

@@ -10,8 +10,8 @@ so a policy behaves the same under a replay and under live traffic.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from bless.backend.interface import Backend
 from bless.backend.trace_events import TraceRecorder
@@ -153,9 +153,7 @@ class Executor:
 
     def _request_state(self) -> tuple:
         """What a decision depends on besides progress: each app's active request and its latency targets."""
-        return tuple(
-            (a.index, None if a.active is None else a.active.rid, a.iso_latency, a.target) for a in self.apps
-        )
+        return tuple((a.index, None if a.active is None else a.active.rid, a.iso_latency, a.target) for a in self.apps)
 
     def _record_squad(self, decision, launches: list) -> None:
         """Squad duration on the device: first kernel start to last kernel end."""

@@ -41,7 +41,7 @@ class Request:
     """One inference request (or training iteration) of one app."""
 
     rid: int
-    app: "AppState"
+    app: AppState
     arrival: float
     scheduled: int = 0
     """Kernels handed to the GPU so far (the next kernel's index)."""

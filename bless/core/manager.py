@@ -72,9 +72,7 @@ class KernelManager:
                 )
             cursor[i] = k + 1
             last = k + 1 == req.n_kernels
-            req.last_launch = launch(
-                streams[i], req.app.handle, k, after=req.last_launch, tag=req, notify=last
-            )
+            req.last_launch = launch(streams[i], req.app.handle, k, after=req.last_launch, tag=req, notify=last)
             if k == 0:
                 req.first_launch = req.last_launch
             req.scheduled = k + 1

@@ -196,7 +196,9 @@ class CudaBackend(Backend):
     def _clock(self, ctx: ExecContext) -> ContextClock:
         clock = self._clocks.get(id(ctx))
         if clock is None:
-            clock = ContextClock(self.driver, lambda: self.device.current(ctx.handle), self.pool.create_stream(ctx), self.now)
+            clock = ContextClock(
+                self.driver, lambda: self.device.current(ctx.handle), self.pool.create_stream(ctx), self.now
+            )
             self._clocks[id(ctx)] = clock
         return clock
 
@@ -225,8 +227,17 @@ class CudaBackend(Backend):
             _check("cuEventRecord", self._record(start_event, h), self.driver)
         grid, block = entry.grid, entry.block
         err = self._launch_kernel(
-            entry.kernel, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-            entry.shared_mem, h, entry.params.address, 0,
+            entry.kernel,
+            grid[0],
+            grid[1],
+            grid[2],
+            block[0],
+            block[1],
+            block[2],
+            entry.shared_mem,
+            h,
+            entry.params.address,
+            0,
         )[0]
         if int(err):
             if start_event is not None:
@@ -302,8 +313,10 @@ def _driver_version(module: Any) -> int:
         return Driver(module).version()
     except BackendError as e:
         raise BackendError(f"no NVIDIA driver / no GPU found ({e})") from None
-    except Exception as e:  # noqa: BLE001 - the bindings raise their own types when libcuda is absent
-        raise BackendError(f"no NVIDIA driver / no GPU found (the CUDA driver library could not be loaded: {e})") from None
+    except Exception as e:
+        raise BackendError(
+            f"no NVIDIA driver / no GPU found (the CUDA driver library could not be loaded: {e})"
+        ) from None
 
 
 def _match_gpu(gpu: str | GpuSpec | None, device: Device) -> GpuSpec:

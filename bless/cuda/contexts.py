@@ -168,8 +168,7 @@ class GreenContextPool(ContextPool):
         self.groups = list(groups)[: int(count)]
         if not self.groups:
             raise BackendError(
-                f"cuDevSmResourceSplitByCount made no group of {min_sms} SMs on {device.info.name}; "
-                f"use mechanism mps"
+                f"cuDevSmResourceSplitByCount made no group of {min_sms} SMs on {device.info.name}; use mechanism mps"
             )
         self.sizes = [int(g.sm.smCount) for g in self.groups]
         self._sm_type = sm_type

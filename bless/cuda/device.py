@@ -10,9 +10,10 @@ briefly, around the calls that create things in them (:meth:`Device.current`).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from bless.cuda.driver import Driver, format_version
 
@@ -58,10 +59,16 @@ class Device:
             ordinal=ordinal,
             name=name,
             compute_capability=(
-                int(driver.call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.handle)),
-                int(driver.call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.handle)),
+                int(
+                    driver.call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.handle)
+                ),
+                int(
+                    driver.call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.handle)
+                ),
             ),
-            sm_count=int(driver.call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.handle)),
+            sm_count=int(
+                driver.call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.handle)
+            ),
             memory_bytes=int(driver.call("cuDeviceTotalMem", self.handle)),
             driver_version=driver.version(),
         )

@@ -148,7 +148,7 @@ class Driver:
         """The driver's own description of ``code`` ('' when it has none)."""
         try:
             err, text = self.cu.cuGetErrorString(self.cu.CUresult(code))
-        except Exception:  # noqa: BLE001 - a description is a courtesy, never a second failure
+        except Exception:
             return ""
         if int(err) != SUCCESS or not text:
             return ""
@@ -180,7 +180,7 @@ def load_driver(module: Any = None) -> Driver:
     drv = Driver(module if module is not None else import_bindings())
     try:
         (err,) = drv.cu.cuInit(0)
-    except Exception as e:  # noqa: BLE001 - the bindings raise their own types when libcuda is absent
+    except Exception as e:
         raise _no_gpu(f"the CUDA driver library could not be loaded: {e}") from None
     code = int(err)
     if code != SUCCESS:

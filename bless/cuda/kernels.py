@@ -17,8 +17,9 @@ the entry keeps the arrays alive for as long as the app is deployed.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,10 +32,19 @@ DEFAULT_MAX_DYNAMIC_SHARED = 48 * 1024
 """Dynamic shared memory a kernel may use without opting in (CUDA programming guide)."""
 
 NUMPY_DTYPES = {
-    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
-    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
-    "float16": np.float16, "float32": np.float32, "float64": np.float64,
-    "bool": np.bool_, "bfloat16": np.uint16,  # bfloat16: stored as its 16 raw bits
+    "int8": np.int8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "uint8": np.uint8,
+    "uint16": np.uint16,
+    "uint32": np.uint32,
+    "uint64": np.uint64,
+    "float16": np.float16,
+    "float32": np.float32,
+    "float64": np.float64,
+    "bool": np.bool_,
+    "bfloat16": np.uint16,  # bfloat16: stored as its 16 raw bits
 }
 PARAM_SCALE = 0.05
 """Random params and inputs are uniform in +-PARAM_SCALE: finite through any depth of layers."""
@@ -151,7 +161,9 @@ class LibraryCache:
         self.device.driver.call(
             "cuKernelSetAttribute",
             cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            nbytes, kernel, self.device.handle,
+            nbytes,
+            kernel,
+            self.device.handle,
         )
         self._shared_set[kernel] = nbytes
 

@@ -17,8 +17,9 @@ Buffers are laid out in the arena at 256-byte aligned offsets (the alignment
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from bless.backend.interface import BackendError
 from bless.cuda.device import Device
@@ -51,7 +52,7 @@ class Arena:
     size: int
 
     @classmethod
-    def allocate(cls, device: Device, nbytes: int, what: str = "an arena") -> "Arena":
+    def allocate(cls, device: Device, nbytes: int, what: str = "an arena") -> Arena:
         """Create, reserve, map and open ``nbytes`` (rounded to the VMM granularity) for the device."""
         drv, cu = device.driver, device.driver.cu
         device.make_current()
@@ -61,7 +62,8 @@ class Arena:
         prop.location.id = device.info.ordinal
         granularity = int(
             drv.call(
-                "cuMemGetAllocationGranularity", prop,
+                "cuMemGetAllocationGranularity",
+                prop,
                 cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM,
             )
         )

@@ -46,7 +46,7 @@ class MpsPaths:
         return {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe), "CUDA_MPS_LOG_DIRECTORY": str(self.log)}
 
     @classmethod
-    def default(cls) -> "MpsPaths":
+    def default(cls) -> MpsPaths:
         state = os.environ.get("XDG_STATE_HOME")
         base = Path(state).expanduser() if state else Path.home() / ".local" / "state"
         return cls(base / "bless" / "mps")
@@ -82,7 +82,11 @@ def control_binary() -> str:
 def control(paths: MpsPaths, command: str) -> subprocess.CompletedProcess:
     """Send one command to the daemon (``quit``, ``get_server_list``, ...)."""
     return subprocess.run(
-        [control_binary()], input=command + "\n", env=paths.env(), capture_output=True, text=True,
+        [control_binary()],
+        input=command + "\n",
+        env=paths.env(),
+        capture_output=True,
+        text=True,
         timeout=START_TIMEOUT,
     )
 

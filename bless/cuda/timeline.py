@@ -32,7 +32,8 @@ launch in its stream, and the end of its ``after`` launch.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from bless.backend.trace_events import Placement
 from bless.cuda.contexts import ExecContext
@@ -114,7 +115,7 @@ class ContextClock:
 class CudaStream:
     """A stream of one context, with its launches not yet resolved."""
 
-    __slots__ = ("handle", "clock", "context", "pending", "notify", "last_end", "label")
+    __slots__ = ("clock", "context", "handle", "label", "last_end", "notify", "pending")
 
     def __init__(self, handle: Any, clock: ContextClock, label: str, context: ExecContext) -> None:
         self.handle = handle
@@ -135,11 +136,34 @@ class CudaStream:
 class CudaLaunch:
     """One launched kernel; ``start`` and ``end`` (host clock, seconds) are None until resolved."""
 
-    __slots__ = ("tag", "stream", "kernel", "issue", "after", "anchor", "start_event", "end_event", "notify",
-                 "start", "end", "seq")
+    __slots__ = (
+        "after",
+        "anchor",
+        "end",
+        "end_event",
+        "issue",
+        "kernel",
+        "notify",
+        "seq",
+        "start",
+        "start_event",
+        "stream",
+        "tag",
+    )
 
-    def __init__(self, tag: Any, stream: CudaStream, kernel: int, issue: float, after: "CudaLaunch | None",
-                 anchor: Anchor, start_event: Any, end_event: Any, notify: bool, seq: int) -> None:
+    def __init__(
+        self,
+        tag: Any,
+        stream: CudaStream,
+        kernel: int,
+        issue: float,
+        after: CudaLaunch | None,
+        anchor: Anchor,
+        start_event: Any,
+        end_event: Any,
+        notify: bool,
+        seq: int,
+    ) -> None:
         self.tag = tag
         self.stream = stream
         self.kernel = kernel

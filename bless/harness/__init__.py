@@ -1,2 +1,1 @@
-"""Experiments: run configs, the replay of loads in virtual time, results, reports, sweeps, benchmarks and the lower bound.
-"""
+"""Experiments: run configs, the replay of loads in virtual time, results, reports, sweeps, benchmarks and the lower bound."""

@@ -152,7 +152,7 @@ def bench_policy_step(profiles: list[Profile], n_apps: int, pacing: str, duratio
             timed[2] += sum(p.count for p in decision.plans) if decision is not None else 0
             return decision
 
-    for warm in (True, False):  # the first replay compiles the estimators
+    for _warm in (True, False):  # the first replay compiles the estimators
         timed[:] = [0.0, 0, 0]
         apps = [AppState(i, f"app{i}", profiles[i % len(profiles)], 1.0 / n_apps) for i in range(n_apps)]
         loads = [parse_load("A") for _ in apps]

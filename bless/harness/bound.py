@@ -76,8 +76,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -259,9 +260,7 @@ def mean_busy_time_bound(arrivals: Sequence[np.ndarray], sizes: Sequence[float])
 
 
 # ------------------------------------------------------------------ closed loops
-def closed_latencies(
-    floors: np.ndarray, sizes: np.ndarray, thinks: np.ndarray, clients: np.ndarray
-) -> np.ndarray:
+def closed_latencies(floors: np.ndarray, sizes: np.ndarray, thinks: np.ndarray, clients: np.ndarray) -> np.ndarray:
     """The mean latencies ``L`` that minimise ``sum L`` subject to the GPU's capacity.
 
     Constraint: ``sum_i clients_i * sizes_i / (L_i + thinks_i) <= 1`` and
@@ -315,9 +314,7 @@ def latency_bounds(demands: Sequence[Demand], loads: Sequence[LoadShape], sm_cou
     total = 0.0
     if closed:
         s = [loads[i] for i in closed]
-        total += closed_latencies(
-            floors[closed], sizes[closed], [x.think for x in s], [x.clients for x in s]
-        ).sum()
+        total += closed_latencies(floors[closed], sizes[closed], [x.think for x in s], [x.clients for x in s]).sum()
     if opened:
         joint = mean_busy_time_bound([loads[i].arrivals for i in opened], sizes[opened])
         total += np.maximum(per_app[opened].sum(), joint)  # nan if an app has no measured request

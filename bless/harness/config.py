@@ -35,8 +35,18 @@ import yaml
 
 POLICY_SHORTHANDS = ("squad_size", "split_ratio", "determiner", "pacing")
 TOP_LEVEL = {
-    "name", "gpu", "backend", "mechanism", "policy", "duration", "warmup", "seed", "noise", "apps",
-    "admission", *POLICY_SHORTHANDS,
+    "name",
+    "gpu",
+    "backend",
+    "mechanism",
+    "policy",
+    "duration",
+    "warmup",
+    "seed",
+    "noise",
+    "apps",
+    "admission",
+    *POLICY_SHORTHANDS,
 }
 
 

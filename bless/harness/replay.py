@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 

@@ -99,7 +99,7 @@ class RunResult:
     """The run's timeline, when one was recorded (``Replay(trace=...)``)."""
 
     @classmethod
-    def merge(cls, parts: list["RunResult"], policy: dict[str, Any], gpu: str) -> "RunResult":
+    def merge(cls, parts: list[RunResult], policy: dict[str, Any], gpu: str) -> RunResult:
         """One result from runs of single apps on GPUs of their own (ISO, MIG)."""
         kernels = sum(p.kernels for p in parts)
         trace = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 from bless.backend.interface import Backend, create_backend
 from bless.backend.trace_events import TraceRecorder
@@ -61,9 +61,7 @@ def trace_recorder(backend: Backend) -> TraceRecorder:
     return TraceRecorder(backend.placement)
 
 
-def run_config(
-    cfg: RunConfig, progress: Callable[[float], None] | None = None, *, trace: bool = False
-) -> RunResult:
+def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, *, trace: bool = False) -> RunResult:
     """Run one configured co-location and return what it measured.
 
     With ``trace`` the result carries the run's timeline (``RunResult.trace``).
@@ -78,8 +76,14 @@ def run_config(
         backend = make_backend(cfg, gpu)
         policy = make_policy(cfg, backend.mechanism)
         runtime = Replay(
-            backend, policy, apps, loads,
-            duration=cfg.duration, warmup=cfg.warmup, seed=cfg.seed, progress=progress,
+            backend,
+            policy,
+            apps,
+            loads,
+            duration=cfg.duration,
+            warmup=cfg.warmup,
+            seed=cfg.seed,
+            progress=progress,
             trace=trace_recorder(backend) if trace else None,
         )
         result = runtime.run()
@@ -92,8 +96,13 @@ def run_config(
         alone = AppState(0, app.name, app.profile, app.quota, slo=app.slo)
         backend = make_backend(cfg, own_gpu, seed_offset=i)
         runtime = Replay(
-            backend, make_policy(cfg, backend.mechanism), [alone], [load],
-            duration=cfg.duration, warmup=cfg.warmup, seed=cfg.seed + i,
+            backend,
+            make_policy(cfg, backend.mechanism),
+            [alone],
+            [load],
+            duration=cfg.duration,
+            warmup=cfg.warmup,
+            seed=cfg.seed + i,
             trace=trace_recorder(backend) if trace else None,
         )
         parts.append(runtime.run())

@@ -33,10 +33,11 @@ import math
 import multiprocessing
 import os
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import yaml
 
@@ -254,6 +255,7 @@ def run_sweep(
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
     t0 = time.perf_counter()
     done: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+
     def record(result: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
         index, row, app_rows = result
         done[index] = (row, app_rows)
@@ -280,7 +282,12 @@ def run_sweep(
 
 
 SUMMARY_METRICS = (
-    "mean_latency_ms", "iso_mean_ms", "latency_deviation_ms", "slo_violation_rate", "utilisation", "squad_mean_us",
+    "mean_latency_ms",
+    "iso_mean_ms",
+    "latency_deviation_ms",
+    "slo_violation_rate",
+    "utilisation",
+    "squad_mean_us",
 )
 
 
@@ -323,8 +330,13 @@ def write_results(result: SweepResult, out: Path, sweep: Sweep, plot: bool = Tru
     ]
     if result.app_rows:
         paths.append(_write_csv(out / "apps.csv", result.app_rows))
-    meta = {"name": sweep.name, "source": str(sweep.source) if sweep.source else None, "runs": len(result.rows),
-            "keys": sweep.keys, "base": sweep.base}
+    meta = {
+        "name": sweep.name,
+        "source": str(sweep.source) if sweep.source else None,
+        "runs": len(result.rows),
+        "keys": sweep.keys,
+        "base": sweep.base,
+    }
     (out / "sweep.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
     paths.append(out / "sweep.json")
     if plot and any(not r.get("error") for r in result.rows):
@@ -347,13 +359,19 @@ def plot_summary(summary: list[dict[str, Any]], keys: list[str], path: Path, tit
     series = list(dict.fromkeys(r.get(series_key) for r in summary)) if series_key else [None]
     fig, axes = plt.subplots(2, 1, figsize=(max(6, 0.5 * len(xs) * len(series) + 2), 7), squeeze=False)
     width = 0.8 / len(series)
-    for ax, metric, ylabel in ((axes[0][0], "mean_latency_ms", "mean latency (ms)"),
-                               (axes[1][0], "latency_deviation_ms", "latency deviation (ms)")):
+    for ax, metric, ylabel in (
+        (axes[0][0], "mean_latency_ms", "mean latency (ms)"),
+        (axes[1][0], "latency_deviation_ms", "latency deviation (ms)"),
+    ):
         for j, s in enumerate(series):
             ys = []
             for x in xs:
-                match = [r for r in summary if (series_key is None or r.get(series_key) == s)
-                         and (" ".join(str(r.get(k)) for k in other) or "all") == x]
+                match = [
+                    r
+                    for r in summary
+                    if (series_key is None or r.get(series_key) == s)
+                    and (" ".join(str(r.get(k)) for k in other) or "all") == x
+                ]
                 v = match[0].get(metric) if match else None
                 ys.append(np.nan if v is None else v)
             ax.bar(np.arange(len(xs)) + (j - (len(series) - 1) / 2) * width, ys, width, label=s)

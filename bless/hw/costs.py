@@ -36,11 +36,12 @@ import dataclasses
 import functools
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -194,8 +195,8 @@ def _entry(where: str, entry: Any) -> Sourced:
     if len(given) != 1:
         what = "neither 'source' nor 'assumption'" if not given else "both 'source' and 'assumption'"
         raise GpuDataError(
-            f"{where} has {what}; give exactly one: source = \"where the number comes from\" "
-            f"or assumption = \"why this number\""
+            f'{where} has {what}; give exactly one: source = "where the number comes from" '
+            f'or assumption = "why this number"'
         )
     text = entry[given[0]]
     if not isinstance(text, str) or not text.strip():
@@ -223,6 +224,6 @@ class InterferenceModel:
     """Stretch per unit of the DRAM bandwidth (fraction of peak) the other running kernels demand."""
 
     @classmethod
-    def for_gpu(cls, gpu: str) -> "InterferenceModel":
+    def for_gpu(cls, gpu: str) -> InterferenceModel:
         """The fitted constants of GPU model ``gpu`` (``bless/hw/<gpu>.toml``, with their source)."""
         return gpu_constants(gpu).build("interference", cls)

@@ -226,9 +226,17 @@ class BlessPolicy(Policy):
             tab = self._pace_tables[id(r.app.profile)]
             last = self._last_limit.get(r.rid, -1)
             row = -1 if last == -1 else (len(tab.limits) if last is None else tab.limits.index(last))
-            paced.append(PacedRequest(r, self.deadline(r), tab, r.app.quota * sms,
-                                      self._stretch.get(r.app.index, 1.0), row,
-                                      self._busy_until.get(r.rid, -math.inf)))
+            paced.append(
+                PacedRequest(
+                    r,
+                    self.deadline(r),
+                    tab,
+                    r.app.quota * sms,
+                    self._stretch.get(r.app.index, 1.0),
+                    row,
+                    self._busy_until.get(r.rid, -math.inf),
+                )
+            )
         launch = build_deadline_squad(paced, now, self.window, self._price)
         for e, d in zip(launch.squad.entries, launch.durations):
             rid = e.request.rid

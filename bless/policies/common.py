@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from bless.core.lifecycle import AppState
 from bless.core.policy import Decision, LaunchPlan

@@ -37,7 +37,9 @@ class MigUnsupported(ValueError):
 
 def _supported(gpu: GpuSpec) -> str:
     slices = max(p.compute_slices for p in gpu.mig_profiles)
-    return ", ".join(f"{p.compute_slices}/{slices} ({p.name}, {p.compute_slices / slices:.1%})" for p in gpu.mig_profiles)
+    return ", ".join(
+        f"{p.compute_slices}/{slices} ({p.name}, {p.compute_slices / slices:.1%})" for p in gpu.mig_profiles
+    )
 
 
 def mig_profile(quota: float, gpu: GpuSpec, rounding: str = "exact", app: str = "app") -> MigProfile:

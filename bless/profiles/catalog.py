@@ -53,7 +53,11 @@ def find_profile(app: str, gpu: str) -> Path:
         if p.is_file():
             return p
     known = list_apps(g)
-    hint = f"known apps on {g}: {', '.join(known)}" if known else f"no profiles for {g} found in {', '.join(map(str, profile_dirs())) or 'any profile directory'}"
+    hint = (
+        f"known apps on {g}: {', '.join(known)}"
+        if known
+        else f"no profiles for {g} found in {', '.join(map(str, profile_dirs())) or 'any profile directory'}"
+    )
     raise ValueError(f"unknown app {app!r} for GPU {g}; {hint}; or give a path to a profile .json")
 
 

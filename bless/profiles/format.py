@@ -253,7 +253,7 @@ def profile_from_dict(raw: Any) -> Profile:
             f"({expected[lvl, k] * 1e6:.3f}); regenerate the profile"
         )
     T = _vector(raw, "T_us", N_LEVELS) * 1e-6
-    short = T < expected[:, -1] * (1 - 1e-5) - 1e-9
+    short = expected[:, -1] * (1 - 1e-5) - 1e-9 > T
     if short.any():
         lvl = int(np.argmax(short))
         raise ProfileError(

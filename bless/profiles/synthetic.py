@@ -74,5 +74,7 @@ def synthetic_profile(
         t=t,
         T=T,
         memory_bytes=memory_bytes,
-        provenance=Provenance(method="derived", gpu=spec.name, source=f"bless.profiles.synthetic seed={seed}", model="synthetic"),
+        provenance=Provenance(
+            method="derived", gpu=spec.name, source=f"bless.profiles.synthetic seed={seed}", model="synthetic"
+        ),
     )

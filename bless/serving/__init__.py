@@ -1,2 +1,1 @@
-"""The gRPC service (``server/``), its clients (``client/``) and the API they share (``api/``).
-"""
+"""The gRPC service (``server/``), its clients (``client/``) and the API they share (``api/``)."""

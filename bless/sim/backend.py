@@ -204,8 +204,7 @@ class SimBackend(Backend):
         """
         if count < 1 or kernel < 0:
             raise ValueError(f"need count >= 1 and kernel >= 0, got count={count}, kernel={kernel}")
-        self._faults[(id(app), kernel)] = (
-            count, message or f"injected fault in kernel {kernel} of app {app.name!r}")
+        self._faults[(id(app), kernel)] = (count, message or f"injected fault in kernel {kernel} of app {app.name!r}")
 
     def _fault_if_armed(self, run: KernelRun, app: AppHandle, kernel: int) -> None:
         key = (id(app), kernel)

@@ -124,8 +124,12 @@ def load_pairs(pairs: Path, solo: Path, mem: Path | None = None) -> PairData:
     }
     rows = [
         PairRow(
-            model=r["model"], batch=int(r["batch"]), sm_pct=int(r["sm_pct"]), corunner=r["corunner"],
-            corunner_batch=int(r["corunner_batch"]), latency_s=float(r["latency_s"]),
+            model=r["model"],
+            batch=int(r["batch"]),
+            sm_pct=int(r["sm_pct"]),
+            corunner=r["corunner"],
+            corunner_batch=int(r["corunner_batch"]),
+            latency_s=float(r["latency_s"]),
             solo_latency_s=solo_lat.get((r["model"], int(r["batch"]), int(r["sm_pct"]))),
         )
         for r in _read_csv(pairs, ("model", "batch", "sm_pct", "corunner", "corunner_batch", "latency_s"))
@@ -133,8 +137,10 @@ def load_pairs(pairs: Path, solo: Path, mem: Path | None = None) -> PairData:
     memory = {}
     if mem is not None:
         for r in _read_csv(mem, ("model", "batch", "sm_pct", "dram_util_pct", "l2_util_pct")):
-            memory[(r["model"], int(r["batch"]), int(r["sm_pct"]))] = (float(r["dram_util_pct"]),
-                                                                      float(r["l2_util_pct"]))
+            memory[(r["model"], int(r["batch"]), int(r["sm_pct"]))] = (
+                float(r["dram_util_pct"]),
+                float(r["l2_util_pct"]),
+            )
     data = PairData([], [], memory)
     light = _lightest_corunner_slowdowns(rows)
     for row in rows:
@@ -143,9 +149,13 @@ def load_pairs(pairs: Path, solo: Path, mem: Path | None = None) -> PairData:
             continue
         s = light.get((row.model, row.batch, row.sm_pct))
         if s is not None and s > HOST_BOUND_SLOWDOWN:
-            data.excluded.append(Exclusion(
-                row, f"host-bound: the lightest co-runners already slow it more than {HOST_BOUND_SLOWDOWN}x",
-                f"{s:.2f}x"))
+            data.excluded.append(
+                Exclusion(
+                    row,
+                    f"host-bound: the lightest co-runners already slow it more than {HOST_BOUND_SLOWDOWN}x",
+                    f"{s:.2f}x",
+                )
+            )
             continue
         data.rows.append(row)
     return data
@@ -180,8 +190,7 @@ def _loop(engine: Engine, app: SimApp, stream, runs: list[list[KernelRun]], on_e
     n = len(app.kernels)
     batch = []
     for i, k in enumerate(app.kernels):
-        batch.append(engine.launch(stream, k, t0 + (i + 1) * HARNESS_LAUNCH_S,
-                                   on_done=on_end if i == n - 1 else None))
+        batch.append(engine.launch(stream, k, t0 + (i + 1) * HARNESS_LAUNCH_S, on_done=on_end if i == n - 1 else None))
     runs.append(batch)
 
 
@@ -198,8 +207,12 @@ def simulate_latency(
     Returns the mean over ``iterations`` inferences after :data:`WARMUP_ITERATIONS`, and the
     kernel runs of both apps (per inference) for analysis.
     """
-    engine = Engine(A100.sm_count, interference=interference or InterferenceModel.for_gpu(A100.name),
-                    context_switch=0.0, event_latency=0.0)
+    engine = Engine(
+        A100.sm_count,
+        interference=interference or InterferenceModel.for_gpu(A100.name),
+        context_switch=0.0,
+        event_latency=0.0,
+    )
     victim = SimApp.from_profile(model, A100)
     v_stream = engine.create_stream(engine.create_context(mps_sms(sm_pct), "model"))
     v_runs: list[list[KernelRun]] = []
@@ -230,7 +243,6 @@ def simulate_latency(
     starts = [v_runs[i - 1][-1].end for i in range(WARMUP_ITERATIONS, total)]
     latency = statistics.fmean(b[-1].end - s for b, s in zip(measured, starts))
     return latency, v_runs, c_runs
-
 
 
 # ------------------------------------------------------------------ validation
@@ -282,7 +294,7 @@ def profile_for(model: str, batch: int) -> Profile:
     return _profile(model, batch)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _profile(model: str, batch: int) -> Profile:
     from bless.profiles.groundtruth import apps
 
@@ -305,7 +317,8 @@ def replay_rows(rows: list[PairRow], interference: InterferenceModel | None = No
         key = (row.model, row.batch, row.sm_pct)
         if key not in solo:
             solo[key] = simulate_latency(model, row.sm_pct, None, interference=interference)[0]
-        corun, _, _ = simulate_latency(model, row.sm_pct, profile_for(row.corunner, row.corunner_batch),
-                                       interference=interference)
+        corun, _, _ = simulate_latency(
+            model, row.sm_pct, profile_for(row.corunner, row.corunner_batch), interference=interference
+        )
         out.append(RowResult(row, Replay(solo[key], corun)))
     return out

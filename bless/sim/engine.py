@@ -86,7 +86,7 @@ class Context:
       those SMs; two contexts whose sets are disjoint never share an SM.
     """
 
-    __slots__ = ("cid", "sm_limit", "sm_set", "label")
+    __slots__ = ("cid", "label", "sm_limit", "sm_set")
 
     def __init__(self, cid: int, sm_limit: int | None, label: str = "", sm_set: int | None = None) -> None:
         self.cid = cid
@@ -104,13 +104,36 @@ class KernelRun:
     """One launched kernel instance; start/end are filled in by the engine."""
 
     __slots__ = (
-        "kernel", "stream", "issue_time", "tag", "start", "end",
-        "remaining", "sms", "solo", "demand", "mask", "rate", "noise", "seq", "on_done", "after", "gap", "error",
+        "after",
+        "demand",
+        "end",
+        "error",
+        "gap",
+        "issue_time",
+        "kernel",
+        "mask",
+        "noise",
+        "on_done",
+        "rate",
+        "remaining",
+        "seq",
+        "sms",
+        "solo",
+        "start",
+        "stream",
+        "tag",
     )
 
     def __init__(
-        self, kernel: SimKernel, stream: "Stream", issue_time: float, tag, noise: float, on_done,
-        after: "KernelRun | None", gap: float,
+        self,
+        kernel: SimKernel,
+        stream: Stream,
+        issue_time: float,
+        tag,
+        noise: float,
+        on_done,
+        after: KernelRun | None,
+        gap: float,
     ) -> None:
         self.kernel = kernel
         self.stream = stream
@@ -146,9 +169,9 @@ class KernelRun:
 class Stream:
     """An in-order queue of kernels bound to a context."""
 
-    __slots__ = ("sid", "context", "ops", "busy", "ready_at", "engine")
+    __slots__ = ("busy", "context", "engine", "ops", "ready_at", "sid")
 
-    def __init__(self, sid: int, context: Context, engine: "Engine") -> None:
+    def __init__(self, sid: int, context: Context, engine: Engine) -> None:
         self.sid = sid
         self.context = context
         self.ops: deque[KernelRun] = deque()

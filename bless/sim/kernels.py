@@ -42,7 +42,7 @@ class SimApp:
     kernels: tuple[SimKernel, ...]
 
     @classmethod
-    def from_profile(cls, profile: Profile, gpu: GpuSpec) -> "SimApp":
+    def from_profile(cls, profile: Profile, gpu: GpuSpec) -> SimApp:
         """The engine's kernels of ``profile``.
 
         A compute kernel's ``solo`` is its profile curve read at every SM count

@@ -69,7 +69,12 @@ def cached_plan_path(app: App, gpu: str, *, train: bool = False, out: str | Path
 
 
 def build_app(
-    app: App, gpu: str, *, train: bool = False, out: str | Path | None = None, seed: int = DEFAULT_SEED,
+    app: App,
+    gpu: str,
+    *,
+    train: bool = False,
+    out: str | Path | None = None,
+    seed: int = DEFAULT_SEED,
     force: bool = False,
 ) -> BuildResult:
     """Compile ``app`` for ``gpu`` (``h100``, ``a100``) and write its plan; reuse a matching cached build."""
@@ -80,7 +85,9 @@ def build_app(
     if key is not None and not force:
         hit = _cached(path, key)
         if hit is not None:
-            return BuildResult(hit, time.perf_counter() - start, cached=True, warnings=tuple(hit.build.get("warnings", ())))
+            return BuildResult(
+                hit, time.perf_counter() - start, cached=True, warnings=tuple(hit.build.get("warnings", ()))
+            )
     plan = _trace_training(app, gpu, seed, path, key, start) if train else _compile(app, gpu, seed, path, key, start)
     return BuildResult(plan, plan.build["seconds"], cached=False, warnings=tuple(plan.build["warnings"]))
 
@@ -113,7 +120,9 @@ def _compile(app: App, gpu: str, seed: int, path: Path, key: str | None, start: 
             grid=k.grid,
             block=k.block,
             shared_mem_dynamic=k.shared_mem_dynamic,
-            shared_mem_static=resources[k.kernel].shared_mem_static if k.kernel in resources else static_shared.get(k.kernel, 0),
+            shared_mem_static=resources[k.kernel].shared_mem_static
+            if k.kernel in resources
+            else static_shared.get(k.kernel, 0),
             registers=resources[k.kernel].registers if k.kernel in resources else None,
             args=k.args,
             flops=k.flops,
@@ -131,7 +140,11 @@ def _compile(app: App, gpu: str, seed: int, path: Path, key: str | None, start: 
         launches=plan_launches,
         path=path,
         build=_build_record(
-            app, key, "inference", seed, start,
+            app,
+            key,
+            "inference",
+            seed,
+            start,
             tvm=_version("apache-tvm"),
             kernel_groups=len({k.group for k in kernel_launches}),
             flops_source="tvm estimate_tir_flops on each fused TIR function before scheduling",
@@ -152,16 +165,21 @@ def _trace_training(app: App, gpu: str, seed: int, path: Path, key: str | None, 
 
     try:
         step = trace_training_step(app, seed)
-    except Exception as e:  # noqa: BLE001 - the user's model may raise anything; name the step
-        raise BuildError(f"building {plan_name(app, True)} for {gpu}: one training step failed on the CPU: {e}") from None
-    inputs = [Buffer(id=i, nbytes=nbytes, dtype=dtype, shape=shape, role="input")
-              for i, (shape, dtype, nbytes) in enumerate(step.inputs)]
+    except Exception as e:
+        raise BuildError(
+            f"building {plan_name(app, True)} for {gpu}: one training step failed on the CPU: {e}"
+        ) from None
+    inputs = [
+        Buffer(id=i, nbytes=nbytes, dtype=dtype, shape=shape, role="input")
+        for i, (shape, dtype, nbytes) in enumerate(step.inputs)
+    ]
     n = len(inputs)
     state = [  # parameters, their gradients and momentum buffers, the activations saved for backward
         Buffer(id=n, nbytes=step.param_bytes, dtype="uint8", shape=(step.param_bytes,), role="param"),
         Buffer(id=n + 1, nbytes=2 * step.param_bytes, dtype="uint8", shape=(2 * step.param_bytes,), role="workspace"),
-        Buffer(id=n + 2, nbytes=step.activation_bytes, dtype="uint8", shape=(step.activation_bytes,),
-               role="activation"),
+        Buffer(
+            id=n + 2, nbytes=step.activation_bytes, dtype="uint8", shape=(step.activation_bytes,), role="activation"
+        ),
     ]
     plan = Plan(
         app=plan_name(app, True),
@@ -174,7 +192,11 @@ def _trace_training(app: App, gpu: str, seed: int, path: Path, key: str | None, 
         path=path,
         descriptor_only=True,
         build=_build_record(
-            app, key, "training", seed, start,
+            app,
+            key,
+            "training",
+            seed,
+            start,
             method="one SGD-with-momentum step (bless.build.zoo.training_step, foreach update, steady-state momentum) "
             "run on the CPU under a TorchDispatchMode; one launch per ATen operator that launches a kernel",
             phases={p: sum(1 for op in step.ops if op.phase == p) for p in PHASES},
@@ -228,8 +250,11 @@ def _cache_key(app: App, gpu: str, train: bool, seed: int) -> str | None:
     if app.source is None or not Path(app.source).is_file():
         return None
     h = hashlib.sha256()
-    h.update(json.dumps([app.name, gpu, train, seed, app.batch, app.training_batch,
-                         _version("apache-tvm"), _version("torch")]).encode())
+    h.update(
+        json.dumps(
+            [app.name, gpu, train, seed, app.batch, app.training_batch, _version("apache-tvm"), _version("torch")]
+        ).encode()
+    )
     for source in (Path(app.source), *_BUILDER_SOURCES):
         h.update(source.read_bytes())
     return h.hexdigest()

@@ -15,14 +15,39 @@ from dataclasses import dataclass, replace
 
 from bless.build.plan import Arg, Buffer
 
-_DTYPE_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
-                "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
-_IGNORED_BUILTINS = ("vm.builtin.check_tensor_info", "vm.builtin.match_shape", "vm.builtin.check_tuple_info",
-                     "vm.builtin.check_shape_info", "vm.builtin.match_prim_value", "vm.builtin.check_prim_value_info")
+_DTYPE_BYTES = {
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+}
+_IGNORED_BUILTINS = (
+    "vm.builtin.check_tensor_info",
+    "vm.builtin.match_shape",
+    "vm.builtin.check_tuple_info",
+    "vm.builtin.check_shape_info",
+    "vm.builtin.match_prim_value",
+    "vm.builtin.check_prim_value_info",
+)
 _IGNORED_OPS = ("relax.vm.kill_object", "relax.null_value")
 _VIEWS = ("vm.builtin.reshape",)
-_LAUNCH_DIMS = {"blockIdx.x": ("grid", 0), "blockIdx.y": ("grid", 1), "blockIdx.z": ("grid", 2),
-                "threadIdx.x": ("block", 0), "threadIdx.y": ("block", 1), "threadIdx.z": ("block", 2)}
+_LAUNCH_DIMS = {
+    "blockIdx.x": ("grid", 0),
+    "blockIdx.y": ("grid", 1),
+    "blockIdx.z": ("grid", 2),
+    "threadIdx.x": ("block", 0),
+    "threadIdx.y": ("block", 1),
+    "threadIdx.z": ("block", 2),
+}
 _DYNAMIC_SHARED = "tirx.use_dyn_shared_memory"
 
 
@@ -102,7 +127,9 @@ def _call(var, call, buffers: _Buffers, tensors, storages, launches, compiled) -
         elif name == "relax.vm.alloc_tensor":
             offset = int(call.args[1].value)
             if offset != 0:
-                raise UnsupportedProgram(f"tensor {var.name} lies at offset {offset} of its storage; plans hold whole buffers")
+                raise UnsupportedProgram(
+                    f"tensor {var.name} lies at offset {offset} of its storage; plans hold whole buffers"
+                )
             tensors[var] = _Tensor(storages[call.args[0]], _nbytes(var.ty))
         elif name not in _IGNORED_OPS:
             raise UnsupportedProgram(f"Relax main calls {name}, which the plan cannot express")
@@ -145,7 +172,7 @@ def _group_launches(name: str, relax_args, buffers: _Buffers, tensors, compiled)
 def _launch(group: str, call, by_name: dict[str, _Tensor]) -> KernelLaunch:
     kernel = str(call.args[0].value)
     params = list(call.attrs.launch_params)
-    values = call.args[len(call.args) - len(params):]
+    values = call.args[len(call.args) - len(params) :]
     dims = {"grid": [1, 1, 1], "block": [1, 1, 1]}
     dynamic_shared = 0
     for param, value in zip(params, values):
@@ -160,7 +187,7 @@ def _launch(group: str, call, by_name: dict[str, _Tensor]) -> KernelLaunch:
             raise UnsupportedProgram(f"kernel {kernel}: unknown launch parameter {param}")
     args: list[Arg] = []
     touched: dict[int, int] = {}
-    for arg in call.args[1: len(call.args) - len(params)]:
+    for arg in call.args[1 : len(call.args) - len(params)]:
         text = str(arg)
         if type(arg).__name__ == "IntImm":
             args.append(Arg(scalar=int(arg.value), dtype=str(arg.dtype)))
@@ -237,4 +264,6 @@ def _new_tensor(buffers: _Buffers, ty, role: str) -> _Tensor:
 
 def _is_constant_tensor(expr) -> bool:
     """A tensor constant folded into the program (e.g. eval-mode batch-norm statistics)."""
-    return type(expr).__name__ in ("Constant", "GenericConst") and type(getattr(expr, "ty", None)).__name__ == "TensorType"
+    return (
+        type(expr).__name__ in ("Constant", "GenericConst") and type(getattr(expr, "ty", None)).__name__ == "TensorType"
+    )

@@ -25,7 +25,7 @@ def _export(app: App, module, inputs: tuple):
 
     try:
         return torch.export.export(module, inputs)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ImportFailed(f"app {app.name!r}: torch.export failed: {e}") from None
 
 
@@ -35,7 +35,7 @@ def _to_relax(app: App, program):
 
     try:
         mod = from_exported_program(program, keep_params_as_input=True)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ImportFailed(f"app {app.name!r}: the TVM Relax frontend cannot import the model: {e}") from None
     mod, _params = relax.frontend.detach_params(mod)
     return _lift_weight_transforms(mod)

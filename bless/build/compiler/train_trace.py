@@ -61,11 +61,22 @@ class TracedStep:
     the activations held at the end of the forward pass, where training memory peaks."""
 
 
-_NO_KERNEL = frozenset({
-    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
-    "aten.lift_fresh", "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.is_same_size",
-    "aten._local_scalar_dense", "aten.set_",
-})
+_NO_KERNEL = frozenset(
+    {
+        "aten.empty",
+        "aten.empty_like",
+        "aten.empty_strided",
+        "aten.new_empty",
+        "aten.new_empty_strided",
+        "aten.lift_fresh",
+        "aten.sym_size",
+        "aten.sym_stride",
+        "aten.sym_numel",
+        "aten.is_same_size",
+        "aten._local_scalar_dense",
+        "aten.set_",
+    }
+)
 
 
 def trace_training_step(app: App, seed: int) -> TracedStep:
@@ -93,7 +104,9 @@ def trace_training_step(app: App, seed: int) -> TracedStep:
         training_step(app, module, inputs, optimizer)
     return TracedStep(
         ops=tuple(recorder.ops),
-        inputs=tuple((tuple(x.shape), str(x.dtype).removeprefix("torch."), x.numel() * x.element_size()) for x in inputs),
+        inputs=tuple(
+            (tuple(x.shape), str(x.dtype).removeprefix("torch."), x.numel() * x.element_size()) for x in inputs
+        ),
         param_bytes=sum(p.numel() * p.element_size() for p in module.parameters()),
         activation_bytes=sum(saved.values()),
     )
@@ -118,8 +131,18 @@ def trace_forward(app: App, batch: int, seed: int) -> tuple[TracedOp, ...]:
 def descriptor_launches(ops: tuple[TracedOp, ...]) -> tuple[Launch, ...]:
     """Descriptor-only launches (name, FLOPs, bytes; no image, grid or arguments), one per operator."""
     return tuple(
-        Launch(kernel=op.op, image=None, grid=None, block=None, shared_mem_dynamic=0, shared_mem_static=0,
-               registers=None, args=(), flops=op.flops, dram_bytes=op.dram_bytes)
+        Launch(
+            kernel=op.op,
+            image=None,
+            grid=None,
+            block=None,
+            shared_mem_dynamic=0,
+            shared_mem_static=0,
+            registers=None,
+            args=(),
+            flops=op.flops,
+            dram_bytes=op.dram_bytes,
+        )
         for op in ops
     )
 
@@ -144,12 +167,14 @@ class _Recorder(TorchDispatchMode):
         tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
         distinct = {(t.data_ptr(), t.numel(), t.dtype): t.numel() * t.element_size() for t in tensors}
         count = flop_registry.get(func.overloadpacket)
-        self.ops.append(TracedOp(
-            op=name,
-            phase=self._phase(),
-            flops=float(count(*args, **kwargs, out_val=out)) if count else None,
-            dram_bytes=float(sum(distinct.values())),
-        ))
+        self.ops.append(
+            TracedOp(
+                op=name,
+                phase=self._phase(),
+                flops=float(count(*args, **kwargs, out_val=out)) if count else None,
+                dram_bytes=float(sum(distinct.values())),
+            )
+        )
         return out
 
     def _phase(self) -> str:

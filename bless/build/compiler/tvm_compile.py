@@ -57,7 +57,9 @@ def compile_module(mod, arch: str) -> Compiled:
             for gv, f in mod.functions.items()
             if _is_prim_func(f)
         }
-        mod = tvm.transform.Sequential([schedule] + cuda.dataflow_lower_passes(target) + cuda.finalize_passes(target))(mod)
+        mod = tvm.transform.Sequential([schedule] + cuda.dataflow_lower_passes(target) + cuda.finalize_passes(target))(
+            mod
+        )
     tir = tvm.IRModule({gv: f for gv, f in mod.functions.items() if _is_prim_func(f)})
     host, device = _lower_tir(tir, target)
     source = _cuda_source(device)

@@ -35,9 +35,9 @@ import csv
 import functools
 import math
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -82,7 +82,9 @@ def _bin(times: dict[str, np.ndarray], bucket: float) -> CountTrace:
     t0 = min(float(t.min()) for t in times.values() if len(t))
     t1 = max(float(t.max()) for t in times.values() if len(t))
     n = int((t1 - t0) // bucket) + 1
-    series = {k: np.bincount(((t - t0) // bucket).astype(np.int64), minlength=n)[:n].astype(float) for k, t in times.items()}
+    series = {
+        k: np.bincount(((t - t0) // bucket).astype(np.int64), minlength=n)[:n].astype(float) for k, t in times.items()
+    }
     return CountTrace(bucket, series)
 
 
@@ -145,39 +147,51 @@ TRACES: dict[str, TraceSource] = {
         "traces/azure2021/azure2021_head998.csv",
         "the Azure Functions Invocation Trace 2021 (Azure Public Dataset, "
         "AzureFunctionsInvocationTraceForTwoWeeksJan2021; its first 998 rows as vendored by vhive-serverless/invitro)",
-        read_azure2021, azure=True,
+        read_azure2021,
+        azure=True,
     ),
     "azure2019": TraceSource(
         "traces/azure2019/invitro500_invocations_min480-959.csv",
         "the Azure Functions Trace 2019 (Azure Public Dataset, Shahrad et al. ATC'20; the 500-function sample "
         "of vhive-serverless/invitro, minutes 480-959)",
-        read_azure2019, bucket=60.0, azure=True,
+        read_azure2019,
+        bucket=60.0,
+        azure=True,
     ),
     "twitter": TraceSource(
         "traces/twitter2021_08/workload.tbz2",
         "the Archive Team Twitter Stream Grab of August 2021 as per-second counts "
         "(reconfigurable-ml-pipeline/web-service-datasets, workload.tbz2)",
-        read_twitter, drop_gaps=60.0,
+        read_twitter,
+        drop_gaps=60.0,
     ),
     "twitter_day1": TraceSource(
         "traces/twitter2021_08/rps_first86400s.txt",
         "the first day (86,400 s) of the Archive Team Twitter Stream Grab of August 2021 as per-second counts "
         "(reconfigurable-ml-pipeline/web-service-datasets)",
-        read_twitter, drop_gaps=60.0,
+        read_twitter,
+        drop_gaps=60.0,
     ),
     "azure_llm_code": TraceSource(
         "traces/azure_llm2023/AzureLLMInferenceTrace_code.csv",
         "the Azure LLM Inference Trace 2023, code (Azure Public Dataset, Patel et al. Splitwise ISCA'24)",
-        read_azure_llm, azure=True,
+        read_azure_llm,
+        azure=True,
     ),
     "azure_llm_conv": TraceSource(
         "traces/azure_llm2023/AzureLLMInferenceTrace_conv.csv",
         "the Azure LLM Inference Trace 2023, conversation (Azure Public Dataset, Patel et al. Splitwise ISCA'24)",
-        read_azure_llm, azure=True,
+        read_azure_llm,
+        azure=True,
     ),
 }
 
-FORMATS = {"azure2021": read_azure2021, "azure2019": read_azure2019, "twitter": read_twitter, "azure_llm": read_azure_llm}
+FORMATS = {
+    "azure2021": read_azure2021,
+    "azure2019": read_azure2019,
+    "twitter": read_twitter,
+    "azure_llm": read_azure_llm,
+}
 """Readers by format name, for ``path:`` traces outside the shared data."""
 
 
@@ -198,7 +212,9 @@ def _source(name: str) -> TraceSource:
     try:
         return TRACES[name]
     except KeyError:
-        raise ValueError(f"trace: unknown trace {name!r}; use one of {', '.join(TRACES)}, mmpp, or path + format") from None
+        raise ValueError(
+            f"trace: unknown trace {name!r}; use one of {', '.join(TRACES)}, mmpp, or path + format"
+        ) from None
 
 
 # ------------------------------------------------------------------ shaping
@@ -206,14 +222,16 @@ def select(trace: CountTrace, function: int | str, start: float, length: float |
     """The counts of one function (or ``all``) inside the window [start, start + length) trace seconds."""
     n = len(next(iter(trace.series.values())))
     first = int(start // trace.bucket)
-    last = n if length is None else min(n, first + max(1, int(math.ceil(length / trace.bucket))))
+    last = n if length is None else min(n, first + max(1, math.ceil(length / trace.bucket)))
     if not 0 <= first < n:
         raise ValueError(f"trace start: {start} s is outside the trace (0 to {n * trace.bucket:g} s)")
     window = {k: v[first:last] for k, v in trace.series.items()}
     if function == "all":
         return sum(window.values()), "all functions"
     if isinstance(function, bool) or not isinstance(function, (int, str)):
-        raise ValueError(f"trace function: expected a rank (0 = busiest), a function id prefix or 'all', got {function!r}")
+        raise ValueError(
+            f"trace function: expected a rank (0 = busiest), a function id prefix or 'all', got {function!r}"
+        )
     if isinstance(function, int):
         ranked = sorted(window, key=lambda k: (-float(window[k].sum()), k))
         if not 0 <= function < len(ranked):
@@ -289,7 +307,7 @@ def mmpp_expected(
     relative rate ``rates[s]``.  Normalised so the long-run mean rate is 1.
     """
     mean = sum(r * d for r, d in zip(rates, dwell)) / sum(dwell)
-    n = int(math.ceil(duration / bucket))
+    n = math.ceil(duration / bucket)
     out = np.zeros(n)
     t, s = 0.0, int(rng.integers(len(rates)))
     while t < duration:
@@ -314,7 +332,7 @@ def trace_load(
     start: float = 0.0,
     length: float | None = None,
     bucket: float | None = None,
-    drop_gaps: float | None | str = "default",
+    drop_gaps: float | str | None = "default",
     speedup: float | None = None,
     duration: float | None = None,
     rate: float | None = None,
@@ -362,8 +380,7 @@ def trace_load(
     return TraceArrivals((), desc, expected=expected, bucket=run_bucket, load=load, seed=seed)
 
 
-
-def _mmpp_load(rates, dwell, duration, bucket, rate, load, seed) -> "MmppArrivals":
+def _mmpp_load(rates, dwell, duration, bucket, rate, load, seed) -> MmppArrivals:
     rates, dwell = tuple(float(r) for r in rates), tuple(float(d) for d in dwell)
     if len(rates) < 2 or len(rates) != len(dwell) or min(rates) < 0 or min(dwell) <= 0 or not max(rates) > 0:
         raise ValueError(
@@ -376,8 +393,15 @@ def _mmpp_load(rates, dwell, duration, bucket, rate, load, seed) -> "MmppArrival
         raise ValueError("trace mmpp: give rate (requests/s) or load (x 1/solo latency)")
     desc = f"mmpp rates {list(rates)} dwell {list(dwell)} s"
     return MmppArrivals(
-        (), desc, bucket=bucket or min(dwell) / 10, load=load, seed=seed,
-        rates=rates, dwell=dwell, duration=duration, rate=rate,
+        (),
+        desc,
+        bucket=bucket or min(dwell) / 10,
+        load=load,
+        seed=seed,
+        rates=rates,
+        dwell=dwell,
+        duration=duration,
+        rate=rate,
     )
 
 

@@ -18,8 +18,8 @@ around it (or extrapolated from the two largest, see :mod:`batching`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from bless.hw.gpus import A100
 from bless.profiles.format import Profile
@@ -66,9 +66,13 @@ RECIPES = {
         Recipe("resnet50", "resnet50", "resnet50"),
         Recipe("resnet101", "resnet101", "resnet101"),
         Recipe("vgg11", "vgg16", "vgg11", derive=vgg11_from_vgg16),
-        Recipe("nasnet", "inception", "inception",
-               proxy_note="PROXY: NASNet-A is not in the A100 data; Inception-v3 (multi-branch, concatenating "
-                          "cells like NASNet) stands in for it. Architecture facts are Inception-v3's."),
+        Recipe(
+            "nasnet",
+            "inception",
+            "inception",
+            proxy_note="PROXY: NASNet-A is not in the A100 data; Inception-v3 (multi-branch, concatenating "
+            "cells like NASNet) stands in for it. Architecture facts are Inception-v3's.",
+        ),
         Recipe("bert", "bert", "bert"),
     )
 }
@@ -80,8 +84,10 @@ def recipe_for(app: str) -> Recipe:
         return RECIPES[app]
     if app in mps.available_models():
         return Recipe(app, app, app)
-    raise ValueError(f"unknown app {app!r}: use one of {', '.join(RECIPES)} or a model of the A100 data "
-                     f"({', '.join(mps.available_models())})")
+    raise ValueError(
+        f"unknown app {app!r}: use one of {', '.join(RECIPES)} or a model of the A100 data "
+        f"({', '.join(mps.available_models())})"
+    )
 
 
 def default_twins() -> TwinLibrary:
@@ -127,8 +133,9 @@ class BatchChoice:
     """Batch -> T[100 %] ms of everything considered."""
 
 
-def choose_batch(recipe: Recipe, target_ms: float, twins: TwinLibrary | None = None,
-                 max_batch: int | None = None) -> BatchChoice:
+def choose_batch(
+    recipe: Recipe, target_ms: float, twins: TwinLibrary | None = None, max_batch: int | None = None
+) -> BatchChoice:
     """The batch whose T[100 %] is closest to ``target_ms`` (measured batches first, see module docstring)."""
     measured = mps.batches(recipe.data_model)
     cand = {b: full_gpu_ms(pass_at(recipe, b, twins), recipe.facts_model) for b in measured}
@@ -187,9 +194,14 @@ def build_inference(app: str, batch: int | None = None, twins: TwinLibrary | Non
     if recipe.proxy_note:
         details["proxy"] = recipe.proxy_note
     profile = build_profile(
-        app, pd, kind="inference", facts_model=recipe.facts_model, proxy=bool(recipe.proxy_note),
+        app,
+        pd,
+        kind="inference",
+        facts_model=recipe.facts_model,
+        proxy=bool(recipe.proxy_note),
         memory_bytes=memory_bytes(recipe.facts_model, pd, training=False),
-        source=SOURCE, details=details,
+        source=SOURCE,
+        details=details,
     )
     return profile, how
 
@@ -227,13 +239,17 @@ def build_training(app: str, batch: int | None = None, twins: TwinLibrary | None
         details["check_a100_trace_ms"] = {
             "measured_iteration_real_time": round(sum(measured.values()), 3),
             "note": "the A100 ResNet-50 b32 training trace (PyTorch profiler, real time, DDP kernels dropped); "
-                    "this profile is in the inference data's Nsight Compute time, 10-30 % above real time",
+            "this profile is in the inference data's Nsight Compute time, 10-30 % above real time",
         }
     if recipe.proxy_note:
         details["proxy"] = recipe.proxy_note
     return build_profile(
-        f"{app}_train", train, kind="training", facts_model=recipe.facts_model, proxy=bool(recipe.proxy_note),
+        f"{app}_train",
+        train,
+        kind="training",
+        facts_model=recipe.facts_model,
+        proxy=bool(recipe.proxy_note),
         memory_bytes=memory_bytes(recipe.facts_model, forward, training=True),
-        source=SOURCE + "; backward ratios and optimizer bandwidth: " + ", ".join(train.files[len(forward.files):]),
+        source=SOURCE + "; backward ratios and optimizer bandwidth: " + ", ".join(train.files[len(forward.files) :]),
         details=details,
     )

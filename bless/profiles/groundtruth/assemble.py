@@ -50,8 +50,7 @@ def io_copies(model: str, batch: int) -> tuple[Copy, Copy]:
     )
 
 
-def kernel_curves(pd: PassData, gpu: GpuSpec = A100, params: ScalingParams = FITTED,
-                  level_sms=None) -> list[Curve]:
+def kernel_curves(pd: PassData, gpu: GpuSpec = A100, params: ScalingParams = FITTED, level_sms=None) -> list[Curve]:
     """Every kernel's curve at ``gpu``'s 18 levels (or at ``level_sms``) from its known points, in us.
 
     The one assembly step that profiles and ``tools/validate_scaling.py`` share.
@@ -105,8 +104,15 @@ def build_profile(
         },
     }
     profile = Profile(
-        app=app, gpu=gpu.name, kind=kind, batch=pd.batch, level_sms=tuple(level_sms),
-        kernels=tuple(descs), t=t, T=T, memory_bytes=int(memory_bytes),
+        app=app,
+        gpu=gpu.name,
+        kind=kind,
+        batch=pd.batch,
+        level_sms=tuple(level_sms),
+        kernels=tuple(descs),
+        t=t,
+        T=T,
+        memory_bytes=int(memory_bytes),
         provenance=Provenance(**prov),
     )
     return profile_from_dict(profile.to_dict())  # validate exactly what will be written

@@ -31,8 +31,13 @@ def interpolate(a: PassData, b: PassData, batch: int) -> PassData:
     kernels = list(base.kernels)
     unmatched = 0
     for base_idx, other_idx in groups:
-        common = set.intersection(*(set(kernels[i].points) for i in base_idx),
-                                  *(set(other.kernels[j].points) for j in other_idx)) if other_idx else set()
+        common = (
+            set.intersection(
+                *(set(kernels[i].points) for i in base_idx), *(set(other.kernels[j].points) for j in other_idx)
+            )
+            if other_idx
+            else set()
+        )
         if not common:
             unmatched += 1
             continue
@@ -56,6 +61,9 @@ def interpolate(a: PassData, b: PassData, batch: int) -> PassData:
         + (f"; {unmatched} operators without a counterpart kept batch {base.batch}'s times" if unmatched else "")
     )
     return PassData(
-        model=a.model, batch=batch, kernels=tuple(kernels),
-        files=tuple(dict.fromkeys(a.files + b.files)), notes=a.notes + b.notes + (note,),
+        model=a.model,
+        batch=batch,
+        kernels=tuple(kernels),
+        files=tuple(dict.fromkeys(a.files + b.files)),
+        notes=a.notes + b.notes + (note,),
     )

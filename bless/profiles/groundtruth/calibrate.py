@@ -118,8 +118,13 @@ def predict_level(fp: FitPass, li: int, params: ScalingParams, twin_ratios: np.n
     """Every kernel's predicted duration (us) at level ``li`` from the reference column only."""
     t_ref = fp.t_us[:, -1]
     out = predict_many(
-        t_ref, fp.sms[li], blocks=fp.blocks, dram_util=fp.dram, conv_family=fp.conv,
-        n_ref=fp.sms[-1], params=params,
+        t_ref,
+        fp.sms[li],
+        blocks=fp.blocks,
+        dram_util=fp.dram,
+        conv_family=fp.conv,
+        n_ref=fp.sms[-1],
+        params=params,
     )
     if twin_ratios is not None:
         r = twin_ratios[:, li]
@@ -176,6 +181,7 @@ def loss(params: ScalingParams, passes, twin_ratios) -> float:
     Both predictors matter: twins cover most CNN kernels, but BERT, training and
     models of other families rely on the analytic model alone.
     """
+
     def norm8(errors) -> float:
         e = np.array([np.log1p(x.error) for x in errors])
         return float(np.mean(np.abs(e) ** 8) ** (1 / 8))

@@ -124,8 +124,13 @@ def check_pass(
     return out
 
 
-def leave_one_model_out(models=MEASURED_MODELS, refit: bool = True, max_iter: int = 3000,
-                        kernels_out: dict[str, list[np.ndarray]] | None = None, exact_sms: bool = False):
+def leave_one_model_out(
+    models=MEASURED_MODELS,
+    refit: bool = True,
+    max_iter: int = 3000,
+    kernels_out: dict[str, list[np.ndarray]] | None = None,
+    exact_sms: bool = False,
+):
     """Per held-out model: (model, constants used, [LevelCheck] over all its batches).
 
     Twins come from the models of :data:`FIT_MODELS` other than the held-out one;

@@ -46,6 +46,7 @@ MPS_LEVELS = (20, 40, 50, 60, 80, 100)
 SM_COUNT = 108
 TPC_SMS = 2
 
+
 def mps_sms(pct: float, sm_count: int = SM_COUNT) -> int:
     """SMs an MPS client gets at active-thread ``pct`` %: pct*SMs rounded up to whole TPCs (2 SMs)."""
     if not 0 < pct <= 100:
@@ -139,8 +140,13 @@ def _read_rows(model: str) -> tuple[str, dict[tuple[int, int], list[dict]]]:
             else:
                 key, dur, dram = (int(r["batch"]), 100), r["dur_ns_mps100"], r["dram_pct_at_ref"]
             seqs.setdefault(key, []).append(
-                {"name_id": int(r["name_id"]), "grid": _dims(r["grid"]), "block": _dims(r["block"]),
-                 "dur": float(dur), "dram": float(dram or 0.0)}
+                {
+                    "name_id": int(r["name_id"]),
+                    "grid": _dims(r["grid"]),
+                    "block": _dims(r["block"]),
+                    "dur": float(dur),
+                    "dram": float(dram or 0.0),
+                }
             )
     return path.name, seqs
 
@@ -202,10 +208,7 @@ def _one_pass(seq: list[dict], source: str, batch: int, pct: int) -> list[dict]:
             f"{source}: batch {batch} at {pct} % is not two identical passes; "
             "this reader expects the data set's two-pass layout"
         )
-    return [
-        {**a, "dur": (a["dur"] + b["dur"]) / 2, "dram": (a["dram"] + b["dram"]) / 2}
-        for a, b in zip(first, second)
-    ]
+    return [{**a, "dur": (a["dur"] + b["dur"]) / 2, "dram": (a["dram"] + b["dram"]) / 2} for a, b in zip(first, second)]
 
 
 def _apportion(ref, lvl, ref_idx, lvl_idx, t_out, same_out) -> None:

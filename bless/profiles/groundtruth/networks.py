@@ -58,13 +58,25 @@ MODELS: dict[str, ModelFacts] = {
         ModelFacts("vgg16", 138_357_544, _image(224), 1000 * FP32, "sgd-momentum", "VGG-16 (torchvision)"),
         ModelFacts("vgg19", 143_667_240, _image(224), 1000 * FP32, "sgd-momentum", "VGG-19 (torchvision)"),
         ModelFacts("mobilenet", 3_504_872, _image(224), 1000 * FP32, "sgd-momentum", "MobileNetV2 (torchvision)"),
-        ModelFacts("inception", 27_161_264, _image(299), 1000 * FP32, "sgd-momentum",
-                   "Inception-v3 with auxiliary head (torchvision)"),
+        ModelFacts(
+            "inception",
+            27_161_264,
+            _image(299),
+            1000 * FP32,
+            "sgd-momentum",
+            "Inception-v3 with auxiliary head (torchvision)",
+        ),
         ModelFacts("densenet121", 7_978_856, _image(224), 1000 * FP32, "sgd-momentum", "DenseNet-121 (torchvision)"),
         ModelFacts("densenet169", 14_149_480, _image(224), 1000 * FP32, "sgd-momentum", "DenseNet-169 (torchvision)"),
         ModelFacts("densenet201", 20_013_928, _image(224), 1000 * FP32, "sgd-momentum", "DenseNet-201 (torchvision)"),
-        ModelFacts("bert", 335_141_888, 3 * BERT_SEQ_LEN * INT64, 2 * FP32, "adam",
-                   "BERT-large, 24 layers, sequence length 128, sequence-classification head"),
+        ModelFacts(
+            "bert",
+            335_141_888,
+            3 * BERT_SEQ_LEN * INT64,
+            2 * FP32,
+            "adam",
+            "BERT-large, 24 layers, sequence length 128, sequence-classification head",
+        ),
     )
 }
 

@@ -13,8 +13,24 @@ from __future__ import annotations
 import difflib
 
 _CONV_FAMILY = (
-    "gemm", "gemv", "xmma", "conv", "nchwtonhwc", "nhwctonchw", "splitk", "cutlass", "implicit",
-    "winograd", "fft", "cudnn::detail::", "sm80_", "cask", "scudnn", "flip_filter", "region_transform", "cudnn::cnn::",
+    "gemm",
+    "gemv",
+    "xmma",
+    "conv",
+    "nchwtonhwc",
+    "nhwctonchw",
+    "splitk",
+    "cutlass",
+    "implicit",
+    "winograd",
+    "fft",
+    "cudnn::detail::",
+    "sm80_",
+    "cask",
+    "scudnn",
+    "flip_filter",
+    "region_transform",
+    "cudnn::cnn::",
 )
 _NOT_CONV = ("bn_fw", "bn_bw", "elementwise")
 

@@ -61,7 +61,7 @@ class KernelSeries:
     def traits(self) -> KernelTraits:
         return KernelTraits(blocks=self.blocks, dram_util=self.dram_util, conv_family=self.conv_family)
 
-    def scaled(self, factor: float, **changes) -> "KernelSeries":
+    def scaled(self, factor: float, **changes) -> KernelSeries:
         """The same kernel with every point multiplied by ``factor``."""
         return replace(self, points={s: v * factor for s, v in self.points.items()}, **changes)
 
@@ -92,8 +92,10 @@ def from_mps(model: str, batch: int) -> PassData:
         )
         for k in p.kernels
     )
-    note = (f"{model} batch {batch}: measured at MPS {', '.join(f'{x} %' for x in p.levels)} "
-            f"(SMs {', '.join(map(str, p.sms))}); one pass = the mean of the file's two identical passes")
+    note = (
+        f"{model} batch {batch}: measured at MPS {', '.join(f'{x} %' for x in p.levels)} "
+        f"(SMs {', '.join(map(str, p.sms))}); one pass = the mean of the file's two identical passes"
+    )
     return PassData(model, batch, kernels, (f"{mps.DATA_DIR}/{p.source}",), (note,))
 
 
@@ -112,8 +114,10 @@ def with_twins(pd: PassData, twins: TwinLibrary) -> PassData:
         kernels.append(replace(k, points=points, source="t"))
     if not hits:
         return pd
-    note = (f"{hits} of {len(pd.kernels)} full-GPU-only kernels take their reduced levels from measured twins "
-            f"(same name, grid, block) in {', '.join(twins.models)}")
+    note = (
+        f"{hits} of {len(pd.kernels)} full-GPU-only kernels take their reduced levels from measured twins "
+        f"(same name, grid, block) in {', '.join(twins.models)}"
+    )
     return replace(pd, kernels=tuple(kernels), notes=pd.notes + (note,))
 
 

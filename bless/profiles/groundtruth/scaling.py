@@ -59,12 +59,18 @@ class ScalingParams:
         return np.array([getattr(self, f) for f in PARAM_NAMES], dtype=float)
 
     @classmethod
-    def from_vector(cls, v) -> "ScalingParams":
+    def from_vector(cls, v) -> ScalingParams:
         return cls(**{f: float(x) for f, x in zip(PARAM_NAMES, v)})
 
 
 PARAM_NAMES = (
-    "fixed_us", "mem_knee_sms", "dram_lo", "dram_hi", "blocks_per_sm", "quantisation", "exponent",
+    "fixed_us",
+    "mem_knee_sms",
+    "dram_lo",
+    "dram_hi",
+    "blocks_per_sm",
+    "quantisation",
+    "exponent",
 )
 
 FITTED = ScalingParams(
@@ -94,11 +100,13 @@ def predict(t_ref, n: float, traits: KernelTraits, *, n_ref: float = 108, params
     t = np.asarray(t_ref, dtype=float)
     flat = t.reshape(-1)
     out = predict_many(
-        flat, n,
+        flat,
+        n,
         blocks=np.full(flat.size, float(traits.blocks or 0)),
         dram_util=np.full(flat.size, traits.dram_util),
         conv_family=np.full(flat.size, traits.conv_family),
-        n_ref=n_ref, params=params,
+        n_ref=n_ref,
+        params=params,
     )
     return float(out[0]) if t.ndim == 0 else out.reshape(t.shape)
 
@@ -191,8 +199,9 @@ def fit_curve(
         if n <= sms[0]:
             t[i] = predict(vals[0], n, traits, n_ref=sms[0], params=params)
         elif n >= sms[-1]:
-            t[i] = _extend_up(sms, vals, n) if len(sms) > 1 else predict(vals[-1], n, traits, n_ref=sms[-1],
-                                                                           params=params)
+            t[i] = (
+                _extend_up(sms, vals, n) if len(sms) > 1 else predict(vals[-1], n, traits, n_ref=sms[-1], params=params)
+            )
         else:
             hi = int(np.searchsorted(sms, n))
             lo = hi - 1

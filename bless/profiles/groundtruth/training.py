@@ -63,10 +63,20 @@ def category(name: str, family: str) -> str:
     if is_conv_family(name):
         return "conv" if family == "cnn" else "gemm"
     for key, cat in (
-        ("bn_fw", "bn"), ("clamp", "relu"), ("threshold", "relu"), ("max_pool", "maxpool"),
-        ("avg_pool", "avgpool"), ("adaptive", "avgpool"), ("meanops", "avgpool"), ("catarray", "cat"),
-        ("softmax", "softmax"), ("layernorm", "layernorm"), ("rowwisemoments", "layernorm"),
-        ("indexselect", "embedding"), ("functor_add", "add"), ("addfunctor", "add"),
+        ("bn_fw", "bn"),
+        ("clamp", "relu"),
+        ("threshold", "relu"),
+        ("max_pool", "maxpool"),
+        ("avg_pool", "avgpool"),
+        ("adaptive", "avgpool"),
+        ("meanops", "avgpool"),
+        ("catarray", "cat"),
+        ("softmax", "softmax"),
+        ("layernorm", "layernorm"),
+        ("rowwisemoments", "layernorm"),
+        ("indexselect", "embedding"),
+        ("functor_add", "add"),
+        ("addfunctor", "add"),
     ):
         if key in low:
             return cat
@@ -83,8 +93,11 @@ def cnn_ratios() -> dict[str, BackwardRatio]:
         b = sum(tr.time_us.get(("bwd", o), 0.0) for o in bwd_ops)
         n_fwd = fwd_ops_count or sum(tr.kernels.get(("fwd", o), 0.0) for o in fwd_ops)
         n_bwd = sum(tr.kernels.get(("bwd", o), 0.0) for o in bwd_ops)
-        return BackwardRatio(b / f, max(1, round(n_bwd / n_fwd)),
-                             f"{cat}: {'+'.join(bwd_ops)} {b / 1e3:.3f} ms / {'+'.join(fwd_ops)} {f / 1e3:.3f} ms")
+        return BackwardRatio(
+            b / f,
+            max(1, round(n_bwd / n_fwd)),
+            f"{cat}: {'+'.join(bwd_ops)} {b / 1e3:.3f} ms / {'+'.join(fwd_ops)} {f / 1e3:.3f} ms",
+        )
 
     conv_ops = 53  # ResNet-50's convolutions: the trace's conv kernels include layout transforms
     table = {
@@ -92,12 +105,16 @@ def cnn_ratios() -> dict[str, BackwardRatio]:
         "bn": ratio("bn", ["aten::cudnn_batch_norm"], ["aten::cudnn_batch_norm_backward"]),
         "relu": ratio("relu", ["aten::clamp_min_"], ["aten::threshold_backward"]),
         "add": ratio("add", ["aten::add_"], ["aten::add_"]),
-        "maxpool": ratio("maxpool", ["aten::max_pool2d_with_indices"],
-                         ["aten::max_pool2d_with_indices_backward", "aten::fill_"]),
+        "maxpool": ratio(
+            "maxpool", ["aten::max_pool2d_with_indices"], ["aten::max_pool2d_with_indices_backward", "aten::fill_"]
+        ),
         "avgpool": ratio("avgpool", ["aten::mean"], ["aten::div"]),
     }
-    table["cat"] = replace(table["add"], evidence="cat: like add (the concatenated branches' gradients "
-                                                  "are views; their inputs' gradients are accumulated)")
+    table["cat"] = replace(
+        table["add"],
+        evidence="cat: like add (the concatenated branches' gradients "
+        "are views; their inputs' gradients are accumulated)",
+    )
     table["elementwise"] = BackwardRatio(1.0, 1, "elementwise: assumed one backward kernel of equal time")
     return table
 
@@ -149,7 +166,7 @@ def transformer_ratios() -> tuple[dict[str, BackwardRatio], float]:
     bwd_t: dict[str, float] = {}
     fwd_n: dict[str, int] = {}
     bwd_n: dict[str, int] = {}
-    for i, (name, t) in enumerate(rows[start:end + 1], start):
+    for i, (name, t) in enumerate(rows[start : end + 1], start):
         cat = _orion_category(name)
         t_map, n_map = (fwd_t, fwd_n) if i < bwd else (bwd_t, bwd_n)
         t_map[cat] = t_map.get(cat, 0.0) + t
@@ -161,7 +178,8 @@ def transformer_ratios() -> tuple[dict[str, BackwardRatio], float]:
     for cat in fwd_t:
         b = bwd_t.get(cat, 0.0)
         table[cat] = BackwardRatio(
-            b / fwd_t[cat], max(1, round(bwd_n.get(cat, 0) / fwd_n[cat])),
+            b / fwd_t[cat],
+            max(1, round(bwd_n.get(cat, 0) / fwd_n[cat])),
             f"{cat}: backward {b / 1e3:.2f} ms / training forward {fwd_t[cat] / 1e3:.2f} ms (V100, Orion BERT)",
         )
     return table, elementwise_factor
@@ -171,8 +189,13 @@ def _orion_category(name: str) -> str:
     low = name.lower()
     if "gemm" in low:
         return "gemm"
-    for key, cat in (("softmax", "softmax"), ("layer_norm", "layernorm"), ("dropout", "dropout"),
-                     ("indexselect", "embedding"), ("embedding", "embedding")):
+    for key, cat in (
+        ("softmax", "softmax"),
+        ("layer_norm", "layernorm"),
+        ("dropout", "dropout"),
+        ("indexselect", "embedding"),
+        ("embedding", "embedding"),
+    ):
         if key in low:
             return cat
     return "elementwise"  # including reductions (bias gradients) and other pointwise kernels
@@ -206,8 +229,16 @@ def training_pass(forward: PassData, family: str, facts_model: str) -> tuple[Pas
         total = {s: sum(k.points[s] for k in op) for s in common}
         share = r.ratio / r.kernels_per_op
         backward.extend(
-            replace(main, name=f"bwd:{short_name(main.name)}", points={s: v * share for s, v in total.items()},
-                    source="b", grid=None, block=None, registers=None, shared_mem=None)
+            replace(
+                main,
+                name=f"bwd:{short_name(main.name)}",
+                points={s: v * share for s, v in total.items()},
+                source="b",
+                grid=None,
+                block=None,
+                registers=None,
+                shared_mem=None,
+            )
             for _ in range(r.kernels_per_op)
         )
     opt = optimizer_kernels(facts_model, optimizer_bytes)
@@ -217,14 +248,19 @@ def training_pass(forward: PassData, family: str, facts_model: str) -> tuple[Pas
         f"= measured backward/forward ratio x its training forward ({ratio_file}); optimizer = {len(opt)} "
         f"kernels moving {optimizer_bytes} B/param at the A100 trace's SGD-step bandwidth"
     )
-    train = replace(forward, kernels=tuple(fwd + backward + opt),
-                    files=tuple(dict.fromkeys(forward.files + (ratio_file, KINETO_A100))),
-                    notes=forward.notes + (note,))
+    train = replace(
+        forward,
+        kernels=tuple(fwd + backward + opt),
+        files=tuple(dict.fromkeys(forward.files + (ratio_file, KINETO_A100))),
+        notes=forward.notes + (note,),
+    )
     used = {
         "family": family,
         "forward_factors": fwd_factor,
-        "backward_ratios": {c: {"ratio": round(r.ratio, 4), "kernels_per_op": r.kernels_per_op, "evidence": r.evidence}
-                            for c, r in table.items()},
+        "backward_ratios": {
+            c: {"ratio": round(r.ratio, 4), "kernels_per_op": r.kernels_per_op, "evidence": r.evidence}
+            for c, r in table.items()
+        },
         "optimizer_bytes_per_param": optimizer_bytes,
         "optimizer_bandwidth_bytes_per_s": round(sgd_effective_bandwidth()),
     }
@@ -236,10 +272,22 @@ def optimizer_kernels(facts_model: str, bytes_per_param: int) -> list[KernelSeri
     params = networks.facts(facts_model).params
     bandwidth = sgd_effective_bandwidth()
     seconds = params * bytes_per_param / bandwidth
-    n = max(1, round(optimizer_kernel_count() * (params / networks.facts("resnet50").params)
-                     * bytes_per_param / SGD_MOMENTUM_BYTES_PER_PARAM))
+    n = max(
+        1,
+        round(
+            optimizer_kernel_count()
+            * (params / networks.facts("resnet50").params)
+            * bytes_per_param
+            / SGD_MOMENTUM_BYTES_PER_PARAM
+        ),
+    )
     return [
-        KernelSeries(name="multi_tensor_apply_kernel<optimizer step>", points={108: seconds * 1e6 / n},
-                     source="o", dram_util=min(1.0, bandwidth / A100.dram_bandwidth), category="optimizer")
+        KernelSeries(
+            name="multi_tensor_apply_kernel<optimizer step>",
+            points={108: seconds * 1e6 / n},
+            source="o",
+            dram_util=min(1.0, bandwidth / A100.dram_bandwidth),
+            category="optimizer",
+        )
         for _ in range(n)
     ]

@@ -43,7 +43,10 @@ def vgg11_from_vgg16(vgg16: PassData) -> PassData:
             f"expected {VGG16_CONV_LAYERS} conv layers before the classifier in the VGG16 kernel sequence, "
             f"found {layer}; cannot identify VGG16's layer boundaries"
         )
-    note = ("VGG11 = VGG16's kernels without conv1_2, conv2_2, conv3_3, conv4_3, conv5_3 and their "
-            "bias-add/ReLU kernels (layer boundaries at conv operators and pools)")
-    return replace(vgg16, model="vgg11", kernels=tuple(vgg16.kernels[i] for i in sorted(keep)),
-                   notes=vgg16.notes + (note,))
+    note = (
+        "VGG11 = VGG16's kernels without conv1_2, conv2_2, conv3_3, conv4_3, conv5_3 and their "
+        "bias-add/ReLU kernels (layer boundaries at conv operators and pools)"
+    )
+    return replace(
+        vgg16, model="vgg11", kernels=tuple(vgg16.kernels[i] for i in sorted(keep)), notes=vgg16.notes + (note,)
+    )

@@ -1,2 +1,1 @@
-"""The analytic model of how a kernel's time scales with its SMs, and its calibration.
-"""
+"""The analytic model of how a kernel's time scales with its SMs, and its calibration."""

@@ -136,9 +136,11 @@ FITTED: dict[str, AnalyticParams] = {
         launch_us=6.00,
         quantisation=0.00,
         tensor_efficiency=0.293,
-        provenance={"data": "NeuSight A100 ops >= 50 us, even rows: mean |log err| 0.168; A100 MPS per-kernel "
-                            "scaling resnet152/vgg19/mobilenet/inception: time-weighted mean |log err| 0.125; "
-                            "TF32: TVM plans of resnet152/vgg16 batch 8 vs their measured A100 passes: 0.234"},
+        provenance={
+            "data": "NeuSight A100 ops >= 50 us, even rows: mean |log err| 0.168; A100 MPS per-kernel "
+            "scaling resnet152/vgg19/mobilenet/inception: time-weighted mean |log err| 0.125; "
+            "TF32: TVM plans of resnet152/vgg16 batch 8 vs their measured A100 passes: 0.234"
+        },
     ),
     "h100": AnalyticParams(
         compute_efficiency={"matmul": 0.661, "reduction": 0.250, "elementwise": 0.250},
@@ -148,9 +150,11 @@ FITTED: dict[str, AnalyticParams] = {
         launch_us=6.00,
         quantisation=0.00,
         tensor_efficiency=0.293,
-        provenance={"data": "NeuSight H100 bmm/linear >= 50 us, even rows: mean |log err| 0.192; launch_us, "
-                            "mem_knee, warps_to_saturate, quantisation, tensor_efficiency and the non-matmul "
-                            "classes from the A100"},
+        provenance={
+            "data": "NeuSight H100 bmm/linear >= 50 us, even rows: mean |log err| 0.192; launch_us, "
+            "mem_knee, warps_to_saturate, quantisation, tensor_efficiency and the non-matmul "
+            "classes from the A100"
+        },
     ),
 }
 """Fitted constants per GPU (``tools/validate_analytic.py --fit`` prints this block, ~2 min).
@@ -203,9 +207,7 @@ def blocks_per_sm(gpu: GpuSpec, threads: int, registers: int | None, shared_mem:
     )
     k = min(limits)
     if k < 1:
-        raise ValueError(
-            f"a block of {threads} threads x {regs} registers does not fit on one {gpu.name} SM"
-        )
+        raise ValueError(f"a block of {threads} threads x {regs} registers does not fit on one {gpu.name} SM")
     return k
 
 
@@ -243,9 +245,7 @@ def memory_seconds(work: KernelWork, gpu: GpuSpec, n: int, params: AnalyticParam
     return work.dram_bytes / (gpu.dram_bandwidth * params.dram_efficiency * share)
 
 
-def duration(
-    work: KernelWork, gpu: GpuSpec, n: int, params: AnalyticParams | None = None
-) -> float:
+def duration(work: KernelWork, gpu: GpuSpec, n: int, params: AnalyticParams | None = None) -> float:
     """Seconds the kernel takes alone on ``n`` SMs of ``gpu``."""
     if not 1 <= n <= gpu.sm_count:
         raise ValueError(f"SM count must be in 1..{gpu.sm_count} for {gpu.name}, got {n}")
@@ -254,9 +254,7 @@ def duration(
     return params.launch_us * 1e-6 + body
 
 
-def curve(
-    work: KernelWork, gpu: GpuSpec, sms, params: AnalyticParams | None = None
-) -> np.ndarray:
+def curve(work: KernelWork, gpu: GpuSpec, sms, params: AnalyticParams | None = None) -> np.ndarray:
     """Durations (seconds) at each SM count of ``sms``."""
     return np.array([duration(work, gpu, int(n), params) for n in sms])
 

@@ -91,9 +91,13 @@ class ScalingSample:
         """The kernel as the model sees it (module docstring: bytes from DRAM use, FLOPs fill the full-GPU time)."""
         t_full = self.seconds[gpu.sm_count]
         base = KernelWork(
-            name=self.name, grid=self.grid, block=self.block, flops=1.0,
+            name=self.name,
+            grid=self.grid,
+            block=self.block,
+            flops=1.0,
             dram_bytes=self.dram_pct / 100 * gpu.dram_bandwidth * t_full,
-            registers=self.registers, shared_mem=self.shared_mem,
+            registers=self.registers,
+            shared_mem=self.shared_mem,
         )
         body = t_full - params.launch_us * 1e-6
         if body <= 0 or memory_seconds(base, gpu, gpu.sm_count, params) >= body:
@@ -165,8 +169,14 @@ def mps_kernels(model: str, gpu: GpuSpec = A100) -> list[ScalingSample]:
                 continue
             out.append(
                 ScalingSample(
-                    name=name, grid=_triple(row["grid"]), block=block, registers=regs, shared_mem=smem,
-                    dram_pct=float(row["dram_pct_at_ref"] or 0), model=model, batch=int(row["batch"]),
+                    name=name,
+                    grid=_triple(row["grid"]),
+                    block=block,
+                    registers=regs,
+                    shared_mem=smem,
+                    dram_pct=float(row["dram_pct_at_ref"] or 0),
+                    model=model,
+                    batch=int(row["batch"]),
                     seconds={mps_sms(p, gpu.sm_count): float(c) * 1e-9 for p, c in zip(MPS_PCTS, cells)},
                 )
             )
@@ -216,7 +226,11 @@ def _normalise(name: str) -> str:
 def _kineto_resources() -> dict[str, tuple[int, int]]:
     """Normalised kernel name -> (registers per thread, static shared memory) from the A100 traces."""
     out: dict[str, tuple[int, int]] = {}
-    for file in ("a100_alexnet_fwd_kernels.csv", "a100_convnet_train_2rank_kernels.csv", "a100_llm_train_rank3_kernels.csv"):
+    for file in (
+        "a100_alexnet_fwd_kernels.csv",
+        "a100_convnet_train_2rank_kernels.csv",
+        "a100_llm_train_rank3_kernels.csv",
+    ):
         path: Path = shared_file(f"{KINETO}/{file}", KINETO_DATASET)
         with open(path, newline="") as f:
             for row in csv.DictReader(f):

@@ -56,7 +56,7 @@ class Package:
     def __init__(self, package: str) -> None:
         self._package = package
 
-    @functools.cache
+    @functools.cache  # noqa: B019 (two module-level packages live as long as the process)
     def __getattr__(self, name: str) -> type[Message]:
         if name.startswith("_"):
             raise AttributeError(name)

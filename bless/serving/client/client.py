@@ -7,8 +7,9 @@ the server's messages name the field or rule at fault.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import grpc
 import numpy as np
@@ -71,7 +72,7 @@ def decode_response(response: Any) -> InferResult:
             values, pos = [], 0
             while pos < len(data):
                 (n,) = struct.unpack_from("<I", data, pos)
-                values.append(data[pos + 4: pos + 4 + n])
+                values.append(data[pos + 4 : pos + 4 + n])
                 pos += 4 + n
             arr = np.array(values, dtype=object)
         else:
@@ -97,10 +98,13 @@ class BlessClient:
         self.address = address
         self.timeout = timeout
         self._auth = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ])
+        self._channel = grpc.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
         self._calls = {
             name: self._channel.unary_unary(
                 m.path, request_serializer=m.request.SerializeToString, response_deserializer=m.response.FromString
@@ -113,7 +117,7 @@ class BlessClient:
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> "BlessClient":
+    def __enter__(self) -> BlessClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -163,8 +167,14 @@ class BlessClient:
     ) -> Any:
         """Register an app; returns the RegisterAppResponse (admission answer and AppInfo)."""
         request = admin.RegisterAppRequest(
-            name=name, profile=profile, quota=str(quota), memory_bytes=memory_bytes, slo=slo,
-            inputs=_tensor_specs(inputs), outputs=_tensor_specs(outputs), dry_run=dry_run,
+            name=name,
+            profile=profile,
+            quota=str(quota),
+            memory_bytes=memory_bytes,
+            slo=slo,
+            inputs=_tensor_specs(inputs),
+            outputs=_tensor_specs(outputs),
+            dry_run=dry_run,
         )
         self._metadata.pop(name, None)
         return self._call("RegisterApp", request)

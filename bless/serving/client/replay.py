@@ -16,8 +16,9 @@ import asyncio
 import math
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import grpc
 import numpy as np
@@ -69,22 +70,24 @@ class ReplayResult:
             lat = np.array([s.latency for s in ok])
             over = np.array([s.latency - s.server_latency - s.sync_wait for s in ok])
             wait = np.array([s.sync_wait for s in ok])
-            pct = (lambda a, q: float(np.percentile(a, q)) * 1e3 if len(a) else math.nan)
-            rows.append({
-                "app": app,
-                "sent": len(mine),
-                "ok": len(ok),
-                "errors": dict(Counter(s.status for s in mine if s.status != "OK")),
-                "mean_ms": float(lat.mean()) * 1e3 if len(lat) else math.nan,
-                "p50_ms": pct(lat, 50),
-                "p90_ms": pct(lat, 90),
-                "p99_ms": pct(lat, 99),
-                "server_mean_ms": float(np.mean([s.server_latency for s in ok])) * 1e3 if ok else math.nan,
-                "sync_wait_mean_ms": float(wait.mean()) * 1e3 if len(wait) else math.nan,
-                "overhead_p50_ms": pct(over, 50),
-                "overhead_p99_ms": pct(over, 99),
-                "throughput_rps": len(ok) / self.wall_seconds if self.wall_seconds > 0 else math.nan,
-            })
+            pct = lambda a, q: float(np.percentile(a, q)) * 1e3 if len(a) else math.nan
+            rows.append(
+                {
+                    "app": app,
+                    "sent": len(mine),
+                    "ok": len(ok),
+                    "errors": dict(Counter(s.status for s in mine if s.status != "OK")),
+                    "mean_ms": float(lat.mean()) * 1e3 if len(lat) else math.nan,
+                    "p50_ms": pct(lat, 50),
+                    "p90_ms": pct(lat, 90),
+                    "p99_ms": pct(lat, 99),
+                    "server_mean_ms": float(np.mean([s.server_latency for s in ok])) * 1e3 if ok else math.nan,
+                    "sync_wait_mean_ms": float(wait.mean()) * 1e3 if len(wait) else math.nan,
+                    "overhead_p50_ms": pct(over, 50),
+                    "overhead_p99_ms": pct(over, 99),
+                    "throughput_rps": len(ok) / self.wall_seconds if self.wall_seconds > 0 else math.nan,
+                }
+            )
         return rows
 
 
@@ -93,8 +96,9 @@ class _Driver:
 
     def __init__(self, channel: grpc.aio.Channel, timeout: float, max_in_flight: int) -> None:
         m = methods(OIP_SERVICE)["ModelInfer"]
-        self._infer = channel.unary_unary(m.path, request_serializer=m.request.SerializeToString,
-                                          response_deserializer=m.response.FromString)
+        self._infer = channel.unary_unary(
+            m.path, request_serializer=m.request.SerializeToString, response_deserializer=m.response.FromString
+        )
         self.timeout = timeout
         self.max_in_flight = max_in_flight
         self.in_flight = 0
@@ -124,11 +128,18 @@ class _Driver:
             self.result.samples.append(Sample(app, sent, self.now() - sent, e.code().name))
         else:
             p = response.parameters
-            self.result.samples.append(Sample(
-                app, sent, self.now() - sent, "OK",
-                p["bless_latency_seconds"].double_param, p["bless_queue_seconds"].double_param,
-                p["bless_compute_seconds"].double_param, p["bless_sync_wait_seconds"].double_param,
-            ))
+            self.result.samples.append(
+                Sample(
+                    app,
+                    sent,
+                    self.now() - sent,
+                    "OK",
+                    p["bless_latency_seconds"].double_param,
+                    p["bless_queue_seconds"].double_param,
+                    p["bless_compute_seconds"].double_param,
+                    p["bless_sync_wait_seconds"].double_param,
+                )
+            )
         finally:
             self.in_flight -= 1
 
@@ -148,13 +159,11 @@ class _Driver:
             await self.sleep_until(nxt)
 
     async def open_loop(self, spec: AppLoad, duration: float) -> None:
-        sent = 0
-        for t in _arrivals(spec.load):
+        for sent, t in enumerate(_arrivals(spec.load)):
             if t >= duration or (spec.requests is not None and sent >= spec.requests):
                 return
             await self.sleep_until(t)
             self.spawn(spec.app)
-            sent += 1
 
 
 def _arrivals(load: Load) -> Iterator[float]:
@@ -177,17 +186,27 @@ async def replay_async(
         raise ValueError("give a duration or a request count for every app, or the replay never ends")
     async with grpc.aio.insecure_channel(address) as channel:
         meta_call = methods(OIP_SERVICE)["ModelMetadata"]
-        get_meta = channel.unary_unary(meta_call.path, request_serializer=meta_call.request.SerializeToString,
-                                       response_deserializer=meta_call.response.FromString)
+        get_meta = channel.unary_unary(
+            meta_call.path,
+            request_serializer=meta_call.request.SerializeToString,
+            response_deserializer=meta_call.response.FromString,
+        )
         list_call = methods(ADMIN_SERVICE)["ListApps"]
-        list_apps = channel.unary_unary(list_call.path, request_serializer=list_call.request.SerializeToString,
-                                        response_deserializer=list_call.response.FromString)
-        solo = {a.name: a.solo_latency_seconds for a in (await list_apps(admin.ListAppsRequest(), timeout=timeout)).apps}
+        list_apps = channel.unary_unary(
+            list_call.path,
+            request_serializer=list_call.request.SerializeToString,
+            response_deserializer=list_call.response.FromString,
+        )
+        solo = {
+            a.name: a.solo_latency_seconds for a in (await list_apps(admin.ListAppsRequest(), timeout=timeout)).apps
+        }
         driver = _Driver(channel, timeout, max_in_flight)
         rng = np.random.default_rng(seed)  # seeded per app as bless run does (bless.harness.replay.Replay)
         for i, spec in enumerate(loads):
             if spec.app not in solo:
-                raise ValueError(f"app {spec.app!r} is not registered on {address} (registered: {', '.join(solo) or 'none'})")
+                raise ValueError(
+                    f"app {spec.app!r} is not registered on {address} (registered: {', '.join(solo) or 'none'})"
+                )
             meta = await get_meta(oip.ModelMetadataRequest(name=spec.app), timeout=timeout)
             driver.requests[spec.app] = infer_request(spec.app, meta, sample_inputs(meta, seed + i))
             spec.load.bind(solo[spec.app], np.random.default_rng(rng.integers(2**63)))
@@ -210,4 +229,3 @@ async def replay_async(
 def replay(address: str, loads: list[AppLoad], duration: float = math.inf, **kwargs: Any) -> ReplayResult:
     """Blocking :func:`replay_async`."""
     return asyncio.run(replay_async(address, loads, duration, **kwargs))
-

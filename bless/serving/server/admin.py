@@ -27,7 +27,9 @@ from bless.serving.server.spec import (
 )
 from bless.serving.server.stats import Summary
 
-TOKEN_HINT = "send the admin token as metadata 'authorization: Bearer <token>' (bless client --token or $BLESS_ADMIN_TOKEN)"
+TOKEN_HINT = (
+    "send the admin token as metadata 'authorization: Bearer <token>' (bless client --token or $BLESS_ADMIN_TOKEN)"
+)
 
 
 def _tensors(specs) -> list[tuple[str, str, list[int]]]:
@@ -49,15 +51,18 @@ class AdminService:
         self._token = token.encode()
 
     def handler(self) -> grpc.GenericRpcHandler:
-        return generic_handler(ADMIN_SERVICE, {
-            "RegisterApp": self.register_app,
-            "UnregisterApp": self.unregister_app,
-            "SetQuota": self.set_quota,
-            "ListApps": self.list_apps,
-            "GetStats": self.get_stats,
-            "ResetStats": self.reset_stats,
-            "InjectFault": self.inject_fault,
-        })
+        return generic_handler(
+            ADMIN_SERVICE,
+            {
+                "RegisterApp": self.register_app,
+                "UnregisterApp": self.unregister_app,
+                "SetQuota": self.set_quota,
+                "ListApps": self.list_apps,
+                "GetStats": self.get_stats,
+                "ResetStats": self.reset_stats,
+                "InjectFault": self.inject_fault,
+            },
+        )
 
     def _authorize(self, context: Any) -> None:
         header = dict(context.invocation_metadata() or ()).get("authorization", "")
@@ -103,8 +108,13 @@ class AdminService:
     async def register_app(self, request: Any, context: Any) -> Any:
         self._authorize(context)
         spec = parse_app_spec(
-            request.name, request.profile, request.quota, request.memory_bytes, request.slo,
-            _tensors(request.inputs), _tensors(request.outputs),
+            request.name,
+            request.profile,
+            request.quota,
+            request.memory_bytes,
+            request.slo,
+            _tensors(request.inputs),
+            _tensors(request.outputs),
         )
         profile = await asyncio.to_thread(load_profile_for, spec, self.core.gpu.name)
         admission, served = await asyncio.wrap_future(self.core.register(spec, profile, request.dry_run))

@@ -30,8 +30,8 @@ numbers; the server gathers them (:class:`AppDemand` per app, a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class AppDemand:
     """The app's profile, for the KACE gate."""
 
     @classmethod
-    def of(cls, app: AppState) -> "AppDemand":
+    def of(cls, app: AppState) -> AppDemand:
         t = app.profile.t[-1]
         return cls(
             app.name, app.quota, app.profile.memory_bytes, float(np.max(t)), float(np.mean(t)), app.target, app.profile
@@ -116,8 +116,9 @@ def contexts_per_app(gpu: GpuSpec, max_level: int, mechanism: str) -> int:
     return 1 + len({gpu.sms_for_level(n, mechanism) for n in range(1, max_level + 1)} - {gpu.sm_count})
 
 
-def check_quota(app: AppDemand, others: Sequence[AppDemand], memory: MemoryBudget | None, squad_size: int,
-                limits: AdmissionLimits) -> list[str]:
+def check_quota(
+    app: AppDemand, others: Sequence[AppDemand], memory: MemoryBudget | None, squad_size: int, limits: AdmissionLimits
+) -> list[str]:
     total = app.quota + sum(o.quota for o in others)
     if total <= 1 + QUOTA_EPS:
         return []
@@ -129,8 +130,9 @@ def check_quota(app: AppDemand, others: Sequence[AppDemand], memory: MemoryBudge
     ]
 
 
-def check_memory(app: AppDemand, others: Sequence[AppDemand], memory: MemoryBudget | None, squad_size: int,
-                 limits: AdmissionLimits) -> list[str]:
+def check_memory(
+    app: AppDemand, others: Sequence[AppDemand], memory: MemoryBudget | None, squad_size: int, limits: AdmissionLimits
+) -> list[str]:
     if memory is None:
         return []
     need = app.memory_bytes + memory.contexts * memory.context_bytes
@@ -145,8 +147,9 @@ def check_memory(app: AppDemand, others: Sequence[AppDemand], memory: MemoryBudg
     ]
 
 
-def check_kernels(app: AppDemand, others: Sequence[AppDemand], memory: MemoryBudget | None, squad_size: int,
-                  limits: AdmissionLimits) -> list[str]:
+def check_kernels(
+    app: AppDemand, others: Sequence[AppDemand], memory: MemoryBudget | None, squad_size: int, limits: AdmissionLimits
+) -> list[str]:
     reasons = []
     ratio_limit = limits.kernel_ratio(squad_size)
     for other in others:

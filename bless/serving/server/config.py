@@ -100,7 +100,7 @@ class ServerConfig:
         if self.admin_token is not None and (not isinstance(self.admin_token, str) or len(self.admin_token) < 8):
             raise bad("admin_token", "a string of at least 8 characters (or null to generate one)", "<hidden>")
 
-    def replace(self, **changes: Any) -> "ServerConfig":
+    def replace(self, **changes: Any) -> ServerConfig:
         """A copy with the given keys changed (None values are ignored: unset flags)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 

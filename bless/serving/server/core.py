@@ -38,9 +38,10 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from bless.backend.interface import Backend, BackendError
 from bless.core.executor import Executor
@@ -223,19 +224,21 @@ class ServingCore:
         """The client gave up: drop the request if it has not started."""
         self._post(("cancel", job), refuse=False)
 
-    def call(self, body: Callable[[], T]) -> "Future[T]":
+    def call(self, body: Callable[[], T]) -> Future[T]:
         """Run ``body`` on the loop thread (admin commands); its result or error in the future."""
         fut: Future = Future()
         self._post(("call", body, fut))
         return fut
 
-    def register(self, spec: AppSpec, profile: Profile, dry_run: bool = False) -> "Future[tuple[Admission, ServedApp | None]]":
+    def register(
+        self, spec: AppSpec, profile: Profile, dry_run: bool = False
+    ) -> Future[tuple[Admission, ServedApp | None]]:
         return self.call(lambda: self._register(spec, profile, dry_run, persist=True))
 
-    def set_quota(self, name: str, quota: float) -> "Future[ServedApp]":
+    def set_quota(self, name: str, quota: float) -> Future[ServedApp]:
         return self.call(lambda: self._set_quota(name, quota))
 
-    def unregister(self, name: str) -> "Future[int]":
+    def unregister(self, name: str) -> Future[int]:
         """Resolves, with the number of aborted queued requests, once the app is gone."""
         fut: Future = Future()
         self._post(("unregister", name, fut))
@@ -252,7 +255,9 @@ class ServingCore:
                 fut.result()
                 log.info("restored app %r (quota %.0f%%)", stored.spec.name, stored.spec.quota * 100)
             except ServiceError as e:
-                log.error("could not restore app %r from %s: %s (kept in the store)", stored.spec.name, self.store.path, e)
+                log.error(
+                    "could not restore app %r from %s: %s (kept in the store)", stored.spec.name, self.store.path, e
+                )
 
     def reset_stats(self) -> None:
         with self._lock:
@@ -346,7 +351,9 @@ class ServingCore:
     def _on_submit(self, job: Job) -> None:
         served = job.served
         if served.closing or not any(a is served.state for a in self.executor.apps):
-            self._finish(job, Outcome("aborted", Aborted(f"app {served.name!r} was unregistered before the request ran")))
+            self._finish(
+                job, Outcome("aborted", Aborted(f"app {served.name!r} was unregistered before the request ran"))
+            )
             return
         served.state.submit(job.request)
 
@@ -365,14 +372,24 @@ class ServingCore:
         job: Job = req.payload
         name = job.served.name
         if req.failed:
-            outcome = Outcome("failed", KernelFault(
-                f"a kernel of app {name!r} faulted on the GPU ({req.failed}); only this request failed, retry it"))
+            outcome = Outcome(
+                "failed",
+                KernelFault(
+                    f"a kernel of app {name!r} faulted on the GPU ({req.failed}); only this request failed, retry it"
+                ),
+            )
         elif job.cancelled:
             outcome = Outcome("cancelled", Aborted("cancelled by the client"))
         else:
             start = req.first_launch.start
-            outcome = Outcome("succeeded", None, req.end - req.arrival, start - req.arrival, req.end - start,
-                              max(self.backend.now() - req.end, 0.0))
+            outcome = Outcome(
+                "succeeded",
+                None,
+                req.end - req.arrival,
+                start - req.arrival,
+                req.end - start,
+                max(self.backend.now() - req.end, 0.0),
+            )
         self._finish(job, outcome)
 
     def _on_launch(self, decision) -> None:
@@ -416,17 +433,24 @@ class ServingCore:
         if memory:
             mechanism = self.policy.mechanism
             try:
-                level = min(self.policy.max_level, max_restricted_level([*self.executor.apps, state], self.gpu, mechanism))
+                level = min(
+                    self.policy.max_level, max_restricted_level([*self.executor.apps, state], self.gpu, mechanism)
+                )
             except ValueError as e:
                 return Admission(False, f"GPU memory exhausted: {e}")
             per_ctx = self.backend.context_bytes(mechanism)
-            budget = MemoryBudget(self.gpu.memory_bytes, self.memory_used(), per_ctx,
-                                  contexts_per_app(self.gpu, level, mechanism))
+            budget = MemoryBudget(
+                self.gpu.memory_bytes, self.memory_used(), per_ctx, contexts_per_app(self.gpu, level, mechanism)
+            )
         return admit(AppDemand.of(state), others, budget, self.policy.squad_size, self.limits)
 
-    def _register(self, spec: AppSpec, profile: Profile, dry_run: bool, persist: bool) -> tuple[Admission, ServedApp | None]:
+    def _register(
+        self, spec: AppSpec, profile: Profile, dry_run: bool, persist: bool
+    ) -> tuple[Admission, ServedApp | None]:
         if spec.name in self._apps:
-            raise AlreadyExists(f"name: app {spec.name!r} is already registered; unregister it first or pick another name")
+            raise AlreadyExists(
+                f"name: app {spec.name!r} is already registered; unregister it first or pick another name"
+            )
         state = AppState(next(self._indices), spec.name, profile, spec.quota)
         state.slo = slo_seconds(spec.slo, state.iso_latency)
         admission = self._admission(state)
@@ -508,7 +532,9 @@ class ServingCore:
         served = self._get(name)
         inject = getattr(self.backend, "inject_fault", None)
         if inject is None:
-            raise FailedPrecondition(f"fault injection needs the simulated GPU; this server runs {self.backend.describe()}")
+            raise FailedPrecondition(
+                f"fault injection needs the simulated GPU; this server runs {self.backend.describe()}"
+            )
         n = served.state.profile.n_kernels
         if not 0 <= kernel < n:
             raise InvalidArgument(f"kernel: app {name!r} has {n} kernels (0..{n - 1}), got {kernel}")
@@ -533,7 +559,7 @@ class ServingCore:
                 self._finish(args[0], left)
             elif kind in ("call", "unregister"):
                 args[-1].set_exception(error)
-        for served, fut, aborted in self._removals:
+        for _served, fut, aborted in self._removals:
             fut.set_result(aborted)
         self._removals = []
         try:

@@ -15,6 +15,7 @@ ModelStatistics is Triton's statistics extension, cumulative since start.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -44,10 +45,8 @@ def _answerer(loop: asyncio.AbstractEventLoop, fut: asyncio.Future):
             fut.set_result(outcome)
 
     def answer(outcome: Outcome) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # the RPC loop is gone: nobody is waiting any more
             loop.call_soon_threadsafe(settle, outcome)
-        except RuntimeError:
-            pass  # the RPC loop is gone: nobody is waiting any more
 
     return answer
 
@@ -58,15 +57,18 @@ class InferenceService:
         self.platform = platform
 
     def handler(self) -> grpc.GenericRpcHandler:
-        return generic_handler(OIP_SERVICE, {
-            "ServerLive": self.server_live,
-            "ServerReady": self.server_ready,
-            "ModelReady": self.model_ready,
-            "ServerMetadata": self.server_metadata,
-            "ModelMetadata": self.model_metadata,
-            "ModelInfer": self.model_infer,
-            "ModelStatistics": self.model_statistics,
-        })
+        return generic_handler(
+            OIP_SERVICE,
+            {
+                "ServerLive": self.server_live,
+                "ServerReady": self.server_ready,
+                "ModelReady": self.model_ready,
+                "ServerMetadata": self.server_metadata,
+                "ModelMetadata": self.model_metadata,
+                "ModelInfer": self.model_infer,
+                "ModelStatistics": self.model_statistics,
+            },
+        )
 
     async def server_live(self, request: Any, context: Any) -> Any:
         return oip.ServerLiveResponse(live=True)

@@ -8,12 +8,13 @@ Triton's ``nv_inference_*`` metrics.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
-from typing import Callable, Iterator
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
@@ -51,13 +52,17 @@ class _GpuCollector(Collector):
 
     def collect(self) -> Iterator:
         s = self._sample()
-        yield GaugeMetricFamily("bless_gpu_utilisation_ratio",
-                                "Share of SM-time busy since the server started (simulated GPU: from the model)",
-                                value=s.utilisation)
-        yield CounterMetricFamily("bless_gpu_sm_seconds", "Busy SM-seconds (rate()/sm_count is utilisation)",
-                                  value=s.sm_seconds)
-        yield GaugeMetricFamily("bless_gpu_memory_used_bytes", "Device memory held by apps and their contexts",
-                                value=s.memory_used_bytes)
+        yield GaugeMetricFamily(
+            "bless_gpu_utilisation_ratio",
+            "Share of SM-time busy since the server started (simulated GPU: from the model)",
+            value=s.utilisation,
+        )
+        yield CounterMetricFamily(
+            "bless_gpu_sm_seconds", "Busy SM-seconds (rate()/sm_count is utilisation)", value=s.sm_seconds
+        )
+        yield GaugeMetricFamily(
+            "bless_gpu_memory_used_bytes", "Device memory held by apps and their contexts", value=s.memory_used_bytes
+        )
         yield GaugeMetricFamily("bless_gpu_memory_total_bytes", "Device memory", value=s.memory_bytes)
         yield GaugeMetricFamily("bless_gpu_sm_count", "SMs of the GPU", value=s.sm_count)
 
@@ -90,23 +95,40 @@ class ServerMetrics:
         self.request_duration = Histogram(
             "bless_request_duration_seconds",
             "Request latency: arrival at the scheduler to the end of its last kernel (successful requests)",
-            ["app"], buckets=LATENCY_BUCKETS, registry=r)
+            ["app"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.queue_duration = Histogram(
-            "bless_request_queue_duration_seconds", "Arrival to the start of the request's first kernel",
-            ["app"], buckets=LATENCY_BUCKETS, registry=r)
+            "bless_request_queue_duration_seconds",
+            "Arrival to the start of the request's first kernel",
+            ["app"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.compute_duration = Histogram(
-            "bless_request_compute_duration_seconds", "Start of the first kernel to the end of the last",
-            ["app"], buckets=LATENCY_BUCKETS, registry=r)
+            "bless_request_compute_duration_seconds",
+            "Start of the first kernel to the end of the last",
+            ["app"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.requests = Counter(
-            "bless_requests", "Inference requests by outcome (succeeded, failed, rejected, cancelled, aborted)",
-            ["app", "status"], registry=r)
+            "bless_requests",
+            "Inference requests by outcome (succeeded, failed, rejected, cancelled, aborted)",
+            ["app", "status"],
+            registry=r,
+        )
         self.active = Gauge("bless_active_requests", "Requests queued or running", ["app"], registry=r)
         self.running = Gauge("bless_running_requests", "Requests with kernels launched", ["app"], registry=r)
         self.quota = Gauge("bless_app_quota_ratio", "SM quota of the app (fraction of the GPU)", ["app"], registry=r)
         self.squads = Counter("bless_squads", "Kernel squads launched, by configuration", ["config"], registry=r)
         self.squad_duration = Histogram(
-            "bless_squad_duration_seconds", "Squad duration on the device: first kernel start to last kernel end",
-            buckets=SQUAD_BUCKETS, registry=r)
+            "bless_squad_duration_seconds",
+            "Squad duration on the device: first kernel start to last kernel end",
+            buckets=SQUAD_BUCKETS,
+            registry=r,
+        )
         self.kernels = Counter("bless_kernels", "Kernels launched", registry=r)
         r.register(_GpuCollector(gpu_sample))
         self._apps: dict[str, AppMetrics] = {}
@@ -118,7 +140,7 @@ class ServerMetrics:
         if kernels:
             self.kernels.inc(kernels)
 
-    def app(self, app: str) -> "AppMetrics":
+    def app(self, app: str) -> AppMetrics:
         """The series of one app (created when the app is registered)."""
         return self._apps[app]
 
@@ -140,16 +162,15 @@ class ServerMetrics:
         """Stop exporting the app's gauges (its counters and histograms stay, as Prometheus
         expects; late updates to the unexported gauges are harmless)."""
         for gauge in (self.quota, self.active, self.running):
-            try:
+            with contextlib.suppress(KeyError):
                 gauge.remove(app)
-            except KeyError:
-                pass
 
-    def serve(self, host: str, port: int) -> "MetricsHttpServer":
+    def serve(self, host: str, port: int) -> MetricsHttpServer:
         """Start the HTTP endpoint in a thread; ``.server_port`` is the bound port."""
         httpd = make_server(host, port, make_wsgi_app(self.registry), MetricsHttpServer, handler_class=_QuietHandler)
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="bless-metrics",
-                         daemon=True).start()
+        threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="bless-metrics", daemon=True
+        ).start()
         return httpd
 
 

@@ -58,8 +58,9 @@ def admin_token(cfg: ServerConfig) -> tuple[str, str]:
 
 def make_backend(cfg: ServerConfig) -> Backend:
     if cfg.backend == "sim":
-        return create_backend("sim", gpu=cfg.gpu, clock="wall", noise_sigma=cfg.noise, seed=cfg.seed,
-                              mechanism=cfg.mechanism)
+        return create_backend(
+            "sim", gpu=cfg.gpu, clock="wall", noise_sigma=cfg.noise, seed=cfg.seed, mechanism=cfg.mechanism
+        )
     return create_backend(cfg.backend, gpu=cfg.gpu, mechanism=cfg.mechanism)
 
 
@@ -74,8 +75,10 @@ def warm_up(cfg: ServerConfig) -> None:
     from bless.profiles.synthetic import synthetic_profile
     from bless.sim.backend import SimBackend
 
-    apps = [AppState(i, f"warm-up-{i}", synthetic_profile(f"warm-up-{i}", gpu=cfg.gpu, n_kernels=8, seed=i), 0.5)
-            for i in range(2)]
+    apps = [
+        AppState(i, f"warm-up-{i}", synthetic_profile(f"warm-up-{i}", gpu=cfg.gpu, n_kernels=8, seed=i), 0.5)
+        for i in range(2)
+    ]
     policy = bless_policy(cfg)
     executor = Executor(SimBackend(cfg.gpu, mechanism=cfg.mechanism), policy, apps)
     for rid, app in enumerate(apps):
@@ -87,8 +90,13 @@ def warm_up(cfg: ServerConfig) -> None:
 
 def bless_policy(cfg: ServerConfig) -> BlessPolicy:
     """The BLESS policy the server config describes."""
-    return BlessPolicy(squad_size=cfg.squad_size, split_ratio=cfg.split_ratio, mechanism=cfg.mechanism,
-                       pacing=cfg.pacing, window=cfg.window)
+    return BlessPolicy(
+        squad_size=cfg.squad_size,
+        split_ratio=cfg.split_ratio,
+        mechanism=cfg.mechanism,
+        pacing=cfg.pacing,
+        window=cfg.window,
+    )
 
 
 def _address(host: str, port: int) -> str:
@@ -117,7 +125,7 @@ class BlessServer:
         """host:port of the gRPC services."""
         return _address(self.config.host, self.grpc_port)
 
-    def start(self) -> "BlessServer":
+    def start(self) -> BlessServer:
         cfg = self.config
         try:
             self._store = StateStore(cfg.state_dir)
@@ -126,8 +134,9 @@ class BlessServer:
             backend = make_backend(cfg)
             policy = bless_policy(cfg)
             metrics = ServerMetrics(lambda: self.core.gpu_sample)
-            self.core = ServingCore(backend, policy, metrics=metrics, store=self._store, max_queue=cfg.max_queue,
-                                    limits=cfg.admission)
+            self.core = ServingCore(
+                backend, policy, metrics=metrics, store=self._store, max_queue=cfg.max_queue, limits=cfg.admission
+            )
             self.core.start()
             self.core.restore()
             self._loop = asyncio.new_event_loop()
@@ -141,25 +150,36 @@ class BlessServer:
         except BaseException:
             self._release(grace=0.0)
             raise
-        log.info("serving %s on %s (metrics port %s, state %s)", backend.describe(), self.address,
-                 self.metrics_port, cfg.state_dir)
+        log.info(
+            "serving %s on %s (metrics port %s, state %s)",
+            backend.describe(),
+            self.address,
+            self.metrics_port,
+            cfg.state_dir,
+        )
         return self
 
     async def _start_grpc(self, platform: str) -> int:
-        server = grpc.aio.server(options=[
-            ("grpc.so_reuseport", 0),  # a port in use is an error, not a silent second listener
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ])
-        server.add_generic_rpc_handlers((
-            InferenceService(self.core, platform).handler(),
-            AdminService(self.core, self.token).handler(),
-        ))
+        server = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 0),  # a port in use is an error, not a silent second listener
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ]
+        )
+        server.add_generic_rpc_handlers(
+            (
+                InferenceService(self.core, platform).handler(),
+                AdminService(self.core, self.token).handler(),
+            )
+        )
         where = _address(self.config.host, self.config.grpc_port)
         try:
             port = server.add_insecure_port(where)
         except RuntimeError as e:
-            raise OSError(f"cannot listen on {where} ({e}); is another server using the port? (grpc_port: 0 picks a free one)") from None
+            raise OSError(
+                f"cannot listen on {where} ({e}); is another server using the port? (grpc_port: 0 picks a free one)"
+            ) from None
         await server.start()
         self._grpc = server
         return port
@@ -192,7 +212,7 @@ class BlessServer:
         """Block until the server has stopped."""
         return self._stopped.wait(timeout)
 
-    def __enter__(self) -> "BlessServer":
+    def __enter__(self) -> BlessServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -40,7 +40,7 @@ class AppSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "AppSpec":
+    def from_dict(cls, d: dict[str, Any]) -> AppSpec:
         return cls(
             name=d["name"],
             profile=d["profile"],
@@ -51,7 +51,7 @@ class AppSpec:
             outputs=tuple(TensorSpec.from_dict(t) for t in d["outputs"]),
         )
 
-    def with_quota(self, quota: float) -> "AppSpec":
+    def with_quota(self, quota: float) -> AppSpec:
         return dataclasses.replace(self, quota=quota)
 
 
@@ -74,7 +74,7 @@ def quota_value(text: str, field: str = "quota") -> float:
 
 
 def slo_seconds(slo: str, iso_latency: float, field: str = "slo") -> float | None:
-    """"25ms", "0.025" (seconds) or "2x" (of the ISO latency) in seconds; "" is none."""
+    """ "25ms", "0.025" (seconds) or "2x" (of the ISO latency) in seconds; "" is none."""
     try:
         value: str | float = float(slo)
     except ValueError:
@@ -97,10 +97,14 @@ def parse_app_spec(
     """Validate a registration; every error names its field."""
     check_name(name)
     if not profile:
-        raise InvalidArgument("profile: missing; give a profile name (profiles/<gpu>/<name>.json in the catalog) or a profile .json path on the server")
+        raise InvalidArgument(
+            "profile: missing; give a profile name (profiles/<gpu>/<name>.json in the catalog) or a profile .json path on the server"
+        )
     q = quota_value(quota)
     slo_seconds(slo, 1.0)  # syntax only; resolved against the ISO latency on deployment
-    return AppSpec(name, profile, q, int(memory_bytes), slo, parse_specs(inputs, "inputs"), parse_specs(outputs, "outputs"))
+    return AppSpec(
+        name, profile, q, int(memory_bytes), slo, parse_specs(inputs, "inputs"), parse_specs(outputs, "outputs")
+    )
 
 
 def load_profile_for(spec: AppSpec, gpu: str) -> Profile:

@@ -38,7 +38,7 @@ class Summary:
     max: float = math.nan
 
     @classmethod
-    def of(cls, values: np.ndarray) -> "Summary":
+    def of(cls, values: np.ndarray) -> Summary:
         if not len(values):
             return cls()
         p50, p90, p99 = np.percentile(values, [50, 90, 99])
@@ -100,7 +100,9 @@ class AppStats:
         with self._lock:
             self.received += 1
 
-    def outcome(self, status: str, latency: float = math.nan, queue: float = math.nan, compute: float = math.nan) -> None:
+    def outcome(
+        self, status: str, latency: float = math.nan, queue: float = math.nan, compute: float = math.nan
+    ) -> None:
         """A request ended on the scheduler side (``status`` one of :data:`OUTCOMES`)."""
         with self._lock:
             self.counts[status] += 1
@@ -127,12 +129,24 @@ class AppStats:
             counts = dict(self.counts)
             received = self.received
             c = self.cumulative
-            cumulative = Cumulative(*(Duration(d.count, d.ns) for d in (
-                c.success, c.fail, c.queue, c.compute_input, c.compute_infer, c.compute_output)), c.last_inference_ms)
+            cumulative = Cumulative(
+                *(
+                    Duration(d.count, d.ns)
+                    for d in (c.success, c.fail, c.queue, c.compute_input, c.compute_infer, c.compute_output)
+                ),
+                c.last_inference_ms,
+            )
         lat = samples[:, 0]
         violation = float(np.mean(lat > target)) if len(lat) else math.nan
-        return AppSnapshot(counts, received, Summary.of(lat), Summary.of(samples[:, 1]), Summary.of(samples[:, 2]),
-                           violation, cumulative)
+        return AppSnapshot(
+            counts,
+            received,
+            Summary.of(lat),
+            Summary.of(samples[:, 1]),
+            Summary.of(samples[:, 2]),
+            violation,
+            cumulative,
+        )
 
 
 class SquadStats:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from bless.profiles.format import Profile, profile_from_dict
 from bless.serving.server.spec import AppSpec

@@ -17,17 +17,28 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from bless.serving.server.errors import InvalidArgument
 
 NUMPY_TYPES: dict[str, str] = {
-    "BOOL": "?", "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8",
-    "INT8": "<i1", "INT16": "<i2", "INT32": "<i4", "INT64": "<i8",
-    "FP16": "<f2", "FP32": "<f4", "FP64": "<f8", "BF16": "<u2",
+    "BOOL": "?",
+    "UINT8": "<u1",
+    "UINT16": "<u2",
+    "UINT32": "<u4",
+    "UINT64": "<u8",
+    "INT8": "<i1",
+    "INT16": "<i2",
+    "INT32": "<i4",
+    "INT64": "<i8",
+    "FP16": "<f2",
+    "FP32": "<f4",
+    "FP64": "<f8",
+    "BF16": "<u2",
 }
 """Fixed-size OIP datatypes and the little-endian numpy type of their raw bytes
 (BF16 is carried as its 16 raw bits)."""
@@ -35,9 +46,18 @@ NUMPY_TYPES: dict[str, str] = {
 DATATYPES = (*NUMPY_TYPES, "BYTES")
 
 CONTENTS_FIELD = {
-    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
-    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
-    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
 }
 """The typed ``InferTensorContents`` field of each datatype (FP16/BF16 are raw only)."""
 
@@ -59,7 +79,7 @@ class TensorSpec:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TensorSpec":
+    def from_dict(cls, d: dict[str, Any]) -> TensorSpec:
         return cls(d["name"], d["datatype"], tuple(int(x) for x in d["shape"]))
 
 
@@ -77,7 +97,9 @@ def parse_specs(raw: Sequence[tuple[str, str, Sequence[int]]], field: str) -> tu
             raise InvalidArgument(f"{where}.name: tensor {name!r} is declared twice")
         seen.add(name)
         if datatype not in DATATYPES:
-            raise InvalidArgument(f"{where}.datatype: {datatype!r} is not an OIP datatype; use one of {', '.join(DATATYPES)}")
+            raise InvalidArgument(
+                f"{where}.datatype: {datatype!r} is not an OIP datatype; use one of {', '.join(DATATYPES)}"
+            )
         dims = tuple(int(d) for d in shape)
         if not dims or len(dims) > MAX_DIMS or any(d == 0 or d < -1 for d in dims):
             raise InvalidArgument(
@@ -109,7 +131,9 @@ def _raw_from_contents(spec: TensorSpec, contents: Any, n: int, where: str) -> b
         raise InvalidArgument(f"{where}.contents: {spec.datatype} data must be sent as raw_input_contents")
     values = list(getattr(contents, field))
     if len(values) != n:
-        raise InvalidArgument(f"{where}.contents.{field}: input {spec.name!r} of this shape needs {n} values, got {len(values)}")
+        raise InvalidArgument(
+            f"{where}.contents.{field}: input {spec.name!r} of this shape needs {n} values, got {len(values)}"
+        )
     if spec.datatype == "BYTES":
         return b"".join(struct.pack("<I", len(v)) + v for v in values)
     return np.asarray(values, dtype=NUMPY_TYPES[spec.datatype]).tobytes()
@@ -123,25 +147,33 @@ def decode_inputs(request: Any, specs: Sequence[TensorSpec], app: str) -> tuple[
     by_name = {s.name: s for s in specs}
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
-        raise InvalidArgument(f"raw_input_contents: {len(raw)} entries for {len(request.inputs)} inputs; send one per input")
+        raise InvalidArgument(
+            f"raw_input_contents: {len(raw)} entries for {len(request.inputs)} inputs; send one per input"
+        )
     found: dict[str, tuple[bytes, tuple[int, ...]]] = {}
     for i, tensor in enumerate(request.inputs):
         where = f"inputs[{i}]"
         spec = by_name.get(tensor.name)
         if spec is None:
-            raise InvalidArgument(f"{where}.name: app {app!r} has no input {tensor.name!r}; its inputs are {', '.join(by_name)}")
+            raise InvalidArgument(
+                f"{where}.name: app {app!r} has no input {tensor.name!r}; its inputs are {', '.join(by_name)}"
+            )
         if tensor.name in found:
             raise InvalidArgument(f"{where}.name: input {tensor.name!r} is sent twice")
         if tensor.datatype != spec.datatype:
             raise InvalidArgument(f"{where}.datatype: input {spec.name!r} is {spec.datatype}, got {tensor.datatype!r}")
         shape = tuple(tensor.shape)
         if len(shape) != len(spec.shape) or any(d < 0 or (w != -1 and d != w) for d, w in zip(shape, spec.shape)):
-            raise InvalidArgument(f"{where}.shape: input {spec.name!r} takes shape {list(spec.shape)} (-1: any size), got {list(shape)}")
+            raise InvalidArgument(
+                f"{where}.shape: input {spec.name!r} takes shape {list(spec.shape)} (-1: any size), got {list(shape)}"
+            )
         n = _size(shape)
         has_contents = tensor.HasField("contents")
         if raw:
             if has_contents:
-                raise InvalidArgument(f"{where}.contents: send data either as raw_input_contents or as contents, not both")
+                raise InvalidArgument(
+                    f"{where}.contents: send data either as raw_input_contents or as contents, not both"
+                )
             data = raw[i]
             if spec.datatype == "BYTES":
                 if _bytes_elements(data) != n:
@@ -176,7 +208,9 @@ def requested_outputs(request: Any, specs: Sequence[TensorSpec], app: str) -> li
     for i, out in enumerate(request.outputs):
         spec = by_name.get(out.name)
         if spec is None:
-            raise InvalidArgument(f"outputs[{i}].name: app {app!r} has no output {out.name!r}; its outputs are {', '.join(by_name)}")
+            raise InvalidArgument(
+                f"outputs[{i}].name: app {app!r} has no output {out.name!r}; its outputs are {', '.join(by_name)}"
+            )
         wanted.append(spec)
     return wanted
 
