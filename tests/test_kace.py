@@ -262,6 +262,18 @@ def test_app_features_follow_the_kernel_model():
     assert {"threads_per_block", "registers_per_thread", "static_shared_mem_bytes"} <= f.keys()
 
 
+def test_app_features_count_copies_as_memory_load_and_need_the_profiles_gpu():
+    app = synthetic_profile("c", n_kernels=20, seed=5, dram_util=0.3, memcpy_first=True)
+    a100 = get_gpu("a100")
+    f = app_features(app, SoloRun(throughput=100.0, memory_bytes=2**20), a100)
+    copy = app.t[-1, 0]
+    compute = app.t[-1, 1:].sum()  # synthetic times never rise with SMs: the envelope is level 18
+    assert f["dram_throughput_pct"] == pytest.approx(30.0)
+    assert f["memory_throughput_pct"] == pytest.approx(100.0 * (0.3 * compute + copy) / (compute + copy))
+    with pytest.raises(ValueError, match="is for a100, not h100"):
+        app_features(app, SoloRun(throughput=100.0, memory_bytes=2**20), get_gpu("h100"))
+
+
 def _generated(tmp_path, n=5, jobs=1):
     g = generate(synthetic_apps(n, "a100"), "a100", 0.03, jobs=jobs)
     return g, write(g, tmp_path, {"test": True})

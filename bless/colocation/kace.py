@@ -25,8 +25,9 @@ against with a random forest; it gets the same pair features and preprocessing
 (as in the artifact, where both models go through the same loader), so the
 comparison is between models, not feature sets.
 
-Per-app features on the simulator (:func:`app_features`) come from the app's
-profile and the simulator's kernel model, plus a solo run:
+Per-app features (:func:`app_features`) come from the app's profile, read the
+way the simulated GPU reads it (:mod:`bless.profiles.features`: the same solo
+times, SMs and DRAM demand per kernel), plus a solo run:
 
 =========================  ==================================================
 ``threads_per_block``      launch block size, duration-weighted mean
@@ -38,7 +39,7 @@ profile and the simulator's kernel model, plus a solo run:
 ``dram_throughput_pct``    ``dram_util`` (DRAM bandwidth used alone, % of
                            peak), duration-weighted
 ``memory_throughput_pct``  Nsight's "memory throughput" is the busiest memory
-                           unit; the simulator has no cache model, so L2 hits
+                           unit; a profile has no cache metrics, so L2 hits
                            cannot be estimated and are not invented.  It is
                            the memory-system load over *all* GPU operations:
                            kernels at their DRAM %, copies (memcpy) at 100 %
@@ -51,9 +52,10 @@ profile and the simulator's kernel model, plus a solo run:
 =========================  ==================================================
 
 Kernel metrics are weighted by each kernel's duration alone on the whole GPU
-and averaged over compute kernels only (copies are not kernels to a kernel
-profiler).  A launch-configuration metric unknown for every kernel of an app
-is left out of that app's features; the generator then drops the column.
+(:func:`bless.profiles.features.full_gpu_times`) and averaged over compute
+kernels only (copies are not kernels to a kernel profiler).  A
+launch-configuration metric unknown for every kernel of an app is left out of
+that app's features; the generator then drops the column.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ import numpy as np
 
 from bless.colocation.kace_data import FeatureTable, is_percentage
 from bless.hw.gpus import MIB, GpuSpec
+from bless.profiles.features import dram_seconds, full_gpu_times, max_sms
 from bless.profiles.format import Profile
 
 MIN_CORRELATION = 0.2
@@ -109,36 +112,35 @@ class SoloRun:
 
 
 def app_features(profile: Profile, solo: SoloRun, gpu: GpuSpec) -> dict[str, float]:
-    """An app's KACE features from its profile, the simulator's kernel model and a solo run."""
-    from bless.sim.kernels import SimApp
-
-    sim = SimApp.from_profile(profile, gpu)
-    compute = [(d, k) for d, k in zip(profile.kernels, sim.kernels) if not k.is_memcpy]
-    copy_seconds = sum(k.solo[-1] for k in sim.kernels if k.is_memcpy)
-    if not compute:
+    """An app's KACE features from its profile (read by :mod:`bless.profiles.features`) and a solo run."""
+    full_gpu = full_gpu_times(profile, gpu)
+    copy = profile.memcpy_mask()
+    if copy.all():
         raise ValueError(f"app {profile.app!r} has no compute kernels; KACE describes apps by their kernels")
-    t = np.array([k.solo[-1] for _, k in compute])
-    dram = np.array([k.dram_seconds for _, k in compute])
-    busy_sms = np.array([k.max_sms / gpu.sm_count for _, k in compute])
-    features: dict[str, float] = {}
+    t = full_gpu[~copy]
+    dram = dram_seconds(profile, full_gpu)[~copy]
+    busy_sms = max_sms(profile, gpu)[~copy] / gpu.sm_count
+    copy_seconds = full_gpu[copy].sum()
+    compute = [d for d, c in zip(profile.kernels, copy) if not c]
+    row: dict[str, float] = {}
     launch = {
-        "threads_per_block": [d.threads_per_block for d, _ in compute],
-        "registers_per_thread": [d.registers for d, _ in compute],
-        "static_shared_mem_bytes": [d.shared_mem for d, _ in compute],
+        "threads_per_block": [d.threads_per_block for d in compute],
+        "registers_per_thread": [d.registers for d in compute],
+        "static_shared_mem_bytes": [d.shared_mem for d in compute],
     }
     for name, values in launch.items():
         known = np.array([v is not None for v in values])
         if known.any():
-            features[name] = _weighted_mean(np.array([v or 0 for v in values], dtype=float)[known], t[known])
-    features["sm_throughput_pct"] = 100.0 * _weighted_mean(busy_sms, t)
-    features["memory_throughput_pct"] = 100.0 * (dram.sum() + copy_seconds) / (t.sum() + copy_seconds)
-    features["dram_throughput_pct"] = 100.0 * dram.sum() / t.sum()
+            row[name] = _weighted_mean(np.array([v or 0 for v in values], dtype=float)[known], t[known])
+    row["sm_throughput_pct"] = 100.0 * _weighted_mean(busy_sms, t)
+    row["memory_throughput_pct"] = 100.0 * (dram.sum() + copy_seconds) / (t.sum() + copy_seconds)
+    row["dram_throughput_pct"] = 100.0 * dram.sum() / t.sum()
     # One request's busy time over the solo period between requests.
-    features["sm_busy_pct"] = 100.0 * min(1.0, solo.throughput * t.sum())
-    features["memory_busy_pct"] = 100.0 * min(1.0, solo.throughput * dram.sum())
-    features["memory_mib"] = solo.memory_bytes / MIB
-    features["solo_throughput"] = solo.throughput
-    return features
+    row["sm_busy_pct"] = 100.0 * min(1.0, solo.throughput * t.sum())
+    row["memory_busy_pct"] = 100.0 * min(1.0, solo.throughput * dram.sum())
+    row["memory_mib"] = solo.memory_bytes / MIB
+    row["solo_throughput"] = solo.throughput
+    return row
 
 
 def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
