@@ -45,7 +45,7 @@ import numpy as np
 from bless.core.determiner import RATIO_CHOICES, Determiner, SquadConfig, all_splits
 from bless.core.lifecycle import AppState, Request
 from bless.core.manager import KernelManager
-from bless.core.policy import Decision, LaunchPlan
+from bless.core.policy import Decision, RequestLaunch
 from bless.core.scheduler import Squad, build_squad
 from bless.hw.gpus import N_LEVELS, GpuSpec, get_gpu
 from bless.policies.bless import semi_sp_plans
@@ -77,10 +77,10 @@ def decisions(squad: Squad, key: Key, gpu: GpuSpec, mechanism: str) -> list[Deci
     reqs = fresh(squad)
     kind = key[0]
     if kind == "seq":
-        return [Decision((LaunchPlan(r, e.start, e.count),), sync=True) for r, e in zip(reqs, squad.entries)]
+        return [Decision((RequestLaunch(r, e.start, e.count),), sync=True) for r, e in zip(reqs, squad.entries)]
     if kind == "nsp":
-        plans = tuple(LaunchPlan(r, e.start, e.count) for r, e in zip(reqs, squad.entries))
-        return [Decision(plans, squad.order, sync=True)]
+        plans = tuple(RequestLaunch(r, e.start, e.count) for r, e in zip(reqs, squad.entries))
+        return [Decision(plans, squad.entry_of_kernel, sync=True)]
     parts = key[1]
     ratio = 1.0 if kind == "split" else key[2]
     plans, order = semi_sp_plans(squad, [gpu.sms_for_level(n, mechanism) for n in parts], ratio, reqs)

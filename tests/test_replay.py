@@ -126,3 +126,20 @@ def test_pacing_pulls_two_identical_closed_loops_into_lockstep():
     predicted = a.solo_latency / np.mean([a.latencies[0], b.latencies[0]])
     assert np.median(ratios) == pytest.approx(predicted, abs=0.05)
     assert gaps[-1] < 0.02 * a.iso_latency
+
+
+def test_failed_requests_are_counted_and_kept_out_of_the_latencies():
+    """A request whose kernel faults is reported failed, not served: its (meaningless) latency is not
+    in the statistics, and the app's other requests and its neighbour are unaffected."""
+    profiles = [synthetic_profile(f"f{i}", n_kernels=20, mean_us=30, seed=i) for i in range(2)]
+    backend = RecordingBackend("a100", seed=0)
+    apps = [AppState(i, f"f{i}", p, 0.5) for i, p in enumerate(profiles)]
+    replay = Replay(backend, BlessPolicy(), apps, [ClosedLoop(0.0), ClosedLoop(0.0)], duration=0.05, seed=0)
+    backend.inject_fault(apps[0].handle, kernel=5, count=2)
+    result = replay.run()
+    hit, neighbour = result.apps
+    assert hit.failed == 2
+    assert hit.completed == hit.submitted - 2 > 0
+    assert np.isfinite(hit.latencies).all() and len(hit.latencies) == hit.completed
+    assert neighbour.failed == 0 and neighbour.completed == neighbour.submitted
+    assert hit.summary()["failed"] == 2

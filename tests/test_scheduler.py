@@ -32,7 +32,7 @@ def test_squad_ends_right_after_a_request_completes():
     sq = build_squad([ra, rb], now=5e-3, squad_size=50)
     last = sq.entries[[e.request for e in sq.entries].index(ra)]
     assert last.completes_request
-    assert sq.order[-1] == [e.request for e in sq.entries].index(ra)
+    assert sq.entry_of_kernel[-1] == [e.request for e in sq.entries].index(ra)
     assert sq.size < 50
 
 
@@ -75,7 +75,7 @@ def test_round_robin_ablation_alternates():
     a, b = AppState(0, "a", prof, 0.7), AppState(1, "b", prof, 0.3)
     sq = build_squad([active(a, rid=1), active(b, rid=2)], 1e-3, 50, pacing=False)
     assert [e.count for e in sq.entries] == [25, 25]
-    assert sq.order[:4] == (0, 1, 0, 1)
+    assert sq.entry_of_kernel[:4] == (0, 1, 0, 1)
 
 
 def test_squad_size_must_be_positive():

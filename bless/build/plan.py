@@ -86,7 +86,7 @@ class Arg:
 
 
 @dataclass(frozen=True)
-class Launch:
+class KernelLaunch:
     kernel: str
     image: int | None
     """None only in a descriptor-only plan (so are grid and block)."""
@@ -108,7 +108,7 @@ class Plan:
     batch: int
     images: tuple[Image, ...]
     buffers: tuple[Buffer, ...]
-    launches: tuple[Launch, ...]
+    launches: tuple[KernelLaunch, ...]
     path: Path
     build: dict = field(default_factory=dict, compare=False)
     """How the plan was made (compiler versions, cache key, warnings); free-form, optional."""
@@ -235,7 +235,7 @@ def plan_to_dict(plan: Plan) -> dict:
     }
 
 
-def _launch_to_dict(launch: Launch) -> dict:
+def _launch_to_dict(launch: KernelLaunch) -> dict:
     shared = (
         {}
         if launch.grid is None
@@ -378,7 +378,7 @@ def _arg(v: Any, where: str, buffer_ids: set[int]) -> Arg:
     raise PlanError(f"{where.rstrip('.')}: expected {{'buffer': id}} or {{'scalar': value, 'dtype': ...}}")
 
 
-def _launch(v: Any, i: int, image_ids: set[int], buffer_ids: set[int], descriptor_only: bool = False) -> Launch:
+def _launch(v: Any, i: int, image_ids: set[int], buffer_ids: set[int], descriptor_only: bool = False) -> KernelLaunch:
     where = f"launches[{i}]."
     d = _obj(v, f"launches[{i}]")
     shapeless = descriptor_only and d.get("grid") is None and d.get("block") is None
@@ -388,7 +388,7 @@ def _launch(v: Any, i: int, image_ids: set[int], buffer_ids: set[int], descripto
     args = d.get("args", [])
     if not isinstance(args, list):
         raise PlanError(f"{where}args: expected a list")
-    return Launch(
+    return KernelLaunch(
         kernel=_str(d, "kernel", where),
         image=image,
         grid=None if shapeless else _dims(d, "grid", where),

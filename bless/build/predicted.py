@@ -17,7 +17,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from bless.build.plan import Launch, Plan, portable_path
+from bless.build.plan import KernelLaunch, Plan, portable_path
 from bless.build.ptx import ptx_entries
 from bless.hw.gpus import GpuSpec, get_gpu
 from bless.profiles.format import KernelDesc, Profile, Provenance
@@ -57,7 +57,7 @@ def tensor_core_kernels(plan: Plan) -> frozenset[str]:
     )
 
 
-def launch_precision(launch: Launch, precision: str, tensor_core: frozenset[str]) -> str:
+def launch_precision(launch: KernelLaunch, precision: str, tensor_core: frozenset[str]) -> str:
     """The precision one launch is timed at (see :data:`DEFAULT_PRECISION`)."""
     if precision != "auto":
         return precision
@@ -66,7 +66,7 @@ def launch_precision(launch: Launch, precision: str, tensor_core: frozenset[str]
     return "tf32" if launch.kernel in tensor_core else "fp32"
 
 
-def launch_work(launch: Launch, plan: Plan, precision: str = "fp32") -> analytic.KernelWork:
+def launch_work(launch: KernelLaunch, plan: Plan, precision: str = "fp32") -> analytic.KernelWork:
     """What the analytic model needs of one launch."""
     dram = launch.dram_bytes
     if dram is None:

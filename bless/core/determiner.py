@@ -43,20 +43,18 @@ What prices what, and why:
   still hold are not available to it, and a remainder kernel that started
   first holds its SMs while another request's next prefix kernel waits.
   Workload equivalence (overlapping kernels stretched by the sum of their SM
-  shares) approximates the same thing and cannot express the last point:
-  with per-request start times and the running prefixes' shares taken out of
-  the capacity it is 5.0 % off for Semi-SP and 1.5 % for NSP and picks the
-  fastest configuration for 53 % of the squads; the walk is 0.5 % and 0.4 %
-  off (1000 squads, ``experiments/estimator_accuracy.py``).
+  shares) approximates the same thing but cannot express the last point, and
+  Semi-SP is exactly where that matters: which request holds the SMs decides
+  when each remainder can start.  The walk's error per configuration is in
+  ``experiments/README.md`` (Estimators and overhead).
 * **Interference**, in the walk: co-running kernels stretch by the calibrated
-  DRAM interference of :mod:`bless.sim.engine`, ``(1 + min(u, 1) * max(U - 1,
-  0)) * (1 + c * (U - u))`` with ``u`` a kernel's DRAM demand at its current
+  DRAM interference the simulator applies (:class:`bless.hw.costs.InterferenceModel`),
+  ``(1 + min(u, 1) * max(U - 1, 0)) * (1 + c * (U - u))`` with ``u`` a kernel's DRAM demand at its current
   speed (the profile's ``dram_util`` times its full-GPU time, over its time
   now), ``U`` the sum over the running kernels and ``c`` from
-  ``bless/hw/<gpu>.toml``.  It costs a few operations per event and it
-  changes the choice: without it the walk is 3.8 % / 3.0 % / 1.7 % off for
-  Semi-SP / strict splits / NSP and picks the fastest configuration for 77 %
-  of the squads instead of all of them.
+  ``bless/hw/<gpu>.toml``.  It costs a few operations per event, and it
+  changes the choice: configurations differ in which kernels overlap, and an
+  interference-free walk prices every overlap as free.
 * **Memory copies** run on the copy engine beside the kernels (concurrent
   copies share it), so one request's input copy overlaps the others' kernels.
 * **SEQ** needs no walk: a request alone takes the sum of its kernels'
@@ -90,7 +88,7 @@ from bless.backend.interface import HostCosts
 from bless.core.scheduler import Squad
 from bless.hw.costs import InterferenceModel
 from bless.hw.gpus import N_LEVELS, GpuSpec
-from bless.profiles import curves
+from bless.profiles import features
 from bless.profiles.format import Profile
 
 MODES = ("auto", "nsp", "sp", "seq")
@@ -181,21 +179,17 @@ class AppTables:
             )
         n = profile.n_kernels
         self.is_copy = profile.memcpy_mask()
-        # Duration with n SMs available, n = 0..sm_count (index 0: inf), as the simulator
-        # reads it: the profile's curve interpolated between its levels, never slower with
-        # more SMs; a copy takes its full-GPU time whatever the SMs.
-        dense = curves.dense_curve(np.array(profile.level_sms), profile.t, gpu.sm_count)
-        dense[1:] = np.minimum.accumulate(dense[1:], axis=0)
-        dense[1:, self.is_copy] = dense[-1, self.is_copy]
+        # The simulator's own reading of the profile (bless.profiles.features): duration with
+        # n SMs available, n = 0..sm_count, never slower with more SMs; a copy takes its
+        # full-GPU time whatever the SMs.
+        dense = features.solo_curves(profile, gpu)
         self.dense = np.ascontiguousarray(dense.T)
         """Shape (kernels, sm_count + 1): each kernel's duration at every SM count."""
         self.full = np.ascontiguousarray(dense[-1])
         """Each kernel's duration alone on the whole GPU."""
-        self.most = np.array(
-            [0 if c else k.max_sms(gpu.sm_count) for k, c in zip(profile.kernels, self.is_copy)], dtype=np.int64
-        )
+        self.most = features.max_sms(profile, gpu)
         """Most SMs each kernel keeps busy (0: a copy, on the copy engine)."""
-        self.dram = np.array([k.dram_util for k in profile.kernels]) * self.full
+        self.dram = features.dram_seconds(profile, self.full)
         """Seconds of peak DRAM bandwidth each kernel moves."""
         self.prefix = np.zeros((N_LEVELS, n + 1))
         self.prefix[:, 1:] = np.cumsum(dense[list(gpu.level_sms(mechanism))], axis=1)

@@ -54,7 +54,7 @@ class KernelManager:
         plans = decision.plans
         if not plans:
             return []
-        order = decision.order
+        order = decision.launch_of_kernel
         if order is None:
             order = [i for i, p in enumerate(plans) for _ in range(p.count)]
         cursor = [p.start for p in plans]

@@ -22,7 +22,7 @@ from bless.registry import Registry
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class RequestLaunch:
     """Launch kernels ``[start, start + count)`` of ``request`` into a context.
 
     ``sm_limit`` None is the app's unrestricted context; otherwise the app's
@@ -49,9 +49,10 @@ class SquadEstimate:
 class Decision:
     """One step of a policy: what to launch, and when to be asked again."""
 
-    plans: tuple[LaunchPlan, ...] = ()
-    order: tuple[int, ...] | None = None
-    """Plan index of each kernel in host launch order; None: plan after plan."""
+    plans: tuple[RequestLaunch, ...] = ()
+    launch_of_kernel: tuple[int, ...] | None = None
+    """The launch (index into ``plans``) each kernel belongs to, kernels in host launch order;
+    None: launch after launch."""
     sync: bool = False
     """Wait for every launched kernel before the next step (a squad)."""
     wake_at: float = math.inf

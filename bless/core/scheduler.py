@@ -58,12 +58,12 @@ class Squad:
     """A scheduler decision: which kernels of which requests run together."""
 
     entries: tuple[SquadEntry, ...]
-    order: tuple[int, ...]
-    """Entry index of each kernel, in the order the scheduler chose them."""
+    entry_of_kernel: tuple[int, ...]
+    """The entry each kernel belongs to, kernels in the order the scheduler chose them."""
 
     @property
     def size(self) -> int:
-        return len(self.order)
+        return len(self.entry_of_kernel)
 
 
 def build_squad(requests: list[Request], now: float, squad_size: int, pacing: bool = True) -> Squad:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from bless.backend.interface import BackendError
-from bless.build.plan import Arg, Buffer, Image, Launch, Plan
+from bless.build.plan import Arg, Buffer, Image, KernelLaunch, Plan
 from bless.cuda.device import Device
 from bless.cuda.memory import Arena
 
@@ -185,7 +185,7 @@ def prepare_launches(plan: Plan, libraries: LibraryCache, buffer_addresses: dict
     return entries
 
 
-def _entry(launch: Launch, kernel: Any, buffer_addresses: dict[int, int]) -> LaunchEntry:
+def _entry(launch: KernelLaunch, kernel: Any, buffer_addresses: dict[int, int]) -> LaunchEntry:
     return LaunchEntry(
         name=launch.kernel,
         kernel=kernel,

@@ -84,8 +84,8 @@ import numpy as np
 
 from bless.harness.loads import ClosedLoop, Load
 from bless.hw.gpus import GpuSpec
+from bless.profiles import features
 from bless.profiles.format import Profile
-from bless.sim.kernels import SimApp
 
 if TYPE_CHECKING:
     from bless.harness.config import RunConfig
@@ -177,10 +177,9 @@ def request_demand(solo: np.ndarray, held: np.ndarray) -> Demand:
 
 
 def profile_demand(profile: Profile, gpu: GpuSpec) -> Demand:
-    """:func:`request_demand` of ``profile`` on ``gpu``, with the simulated GPU's reading of its curves."""
-    kernels = SimApp.from_profile(profile, gpu).kernels
-    solo = np.array([k.solo[1:] for k in kernels]).T
-    cap = np.array([k.max_sms for k in kernels])
+    """:func:`request_demand` of ``profile`` on ``gpu``, read as the simulated GPU reads it (:mod:`bless.profiles.features`)."""
+    solo = features.solo_curves(profile, gpu)[1:]
+    cap = features.max_sms(profile, gpu)
     held = np.minimum(cap[None, :], np.arange(1, gpu.sm_count + 1)[:, None])
     return request_demand(solo, held)
 

@@ -136,6 +136,7 @@ class Replay:
         results = []
         for app, load, done in zip(self.apps, self.loads, self._done):
             window = [r for r in done if r.arrival >= self._t0 + self.warmup]
+            served = [r for r in window if not r.failed]  # a failed request has no latency to count
             results.append(
                 AppResult(
                     app=app.name,
@@ -144,11 +145,12 @@ class Replay:
                     iso_latency=app.iso_latency,
                     solo_latency=float(app.profile.T[-1]),
                     slo=app.slo,
-                    latencies=np.array([r.latency for r in window]),
-                    queue_times=np.array([r.queue_time for r in window]),
-                    arrivals=np.array([r.arrival - self._t0 for r in window]),
+                    latencies=np.array([r.latency for r in served]),
+                    queue_times=np.array([r.queue_time for r in served]),
+                    arrivals=np.array([r.arrival - self._t0 for r in served]),
                     window=self.duration - self.warmup,
                     submitted=self._submitted[app.index],
+                    failed=len(window) - len(served),
                 )
             )
         squads = self.executor.squads

@@ -30,6 +30,7 @@ class AppResult:
     window: float
     submitted: int
     failed: int = 0
+    """Requests in the window that failed (a kernel fault): counted here, kept out of the latencies."""
 
     @property
     def completed(self) -> int:

@@ -22,7 +22,7 @@ import numpy as np
 from bless.backend.interface import HostCosts
 from bless.core.determiner import Determiner, restricted_count
 from bless.core.lifecycle import AppState, Request
-from bless.core.policy import Decision, LaunchPlan, Policy, SquadEstimate
+from bless.core.policy import Decision, Policy, RequestLaunch, SquadEstimate
 from bless.core.scheduler import (
     PacedRequest,
     PaceTable,
@@ -184,8 +184,8 @@ class BlessPolicy(Policy):
             sms = [self.gpu.sms_for_level(n, self.mechanism) for n in config.partitions]
             plans, order = semi_sp_plans(squad, sms, config.split_ratio)
             return Decision(plans, order, sync=True, estimate=SquadEstimate(config.estimate, True))
-        plans = tuple(LaunchPlan(e.request, e.start, e.count) for e in squad.entries)
-        return Decision(plans, squad.order, sync=True, estimate=SquadEstimate(config.estimate, False))
+        plans = tuple(RequestLaunch(e.request, e.start, e.count) for e in squad.entries)
+        return Decision(plans, squad.entry_of_kernel, sync=True, estimate=SquadEstimate(config.estimate, False))
 
     def decide_ahead(self, now: float, apps: list[AppState], running: Decision) -> Decision | None:
         """The next squad, as the scheduler would build it when ``running`` ends (its estimated end)."""
@@ -241,8 +241,8 @@ class BlessPolicy(Policy):
         for e, d in zip(launch.squad.entries, launch.durations):
             rid = e.request.rid
             self._busy_until[rid] = max(self._busy_until.get(rid, now), now) + d
-        plans = tuple(LaunchPlan(e.request, e.start, e.count, e.sm_limit) for e in launch.squad.entries)
-        return Decision(plans, launch.squad.order if plans else None, wake_at=launch.wake_at)
+        plans = tuple(RequestLaunch(e.request, e.start, e.count, e.sm_limit) for e in launch.squad.entries)
+        return Decision(plans, launch.squad.entry_of_kernel if plans else None, wake_at=launch.wake_at)
 
     def _price(self, runs, ready):
         """The determiner's kernel walk over ``(request, start, count, sm_limit)`` runs."""
@@ -276,26 +276,26 @@ def neighbour_stretch(apps: list[AppState], gpu: GpuSpec) -> dict[int, float]:
 
 def semi_sp_plans(
     squad: Squad, sms: list[int], ratio: float, requests: list[Request] | None = None
-) -> tuple[tuple[LaunchPlan, ...], tuple[int, ...]]:
+) -> tuple[tuple[RequestLaunch, ...], tuple[int, ...]]:
     """Semi-SP's launches of ``squad``: the first ``ratio`` of each entry's kernels in its
     context of ``sms[j]`` SMs, the rest unrestricted, in the squad's kernel order.
     ``requests`` stand in for the entries' requests (a replay of the same squad)."""
     reqs = requests if requests is not None else [e.request for e in squad.entries]
-    plans: list[LaunchPlan] = []
+    plans: list[RequestLaunch] = []
     first_plan: list[tuple[int, int, int]] = []  # (restricted plan, restricted count, free plan)
     for r, e, limit in zip(reqs, squad.entries, sms):
         restricted = restricted_count(ratio, e.count)
         r_idx = f_idx = -1
         if restricted:
             r_idx = len(plans)
-            plans.append(LaunchPlan(r, e.start, restricted, limit))
+            plans.append(RequestLaunch(r, e.start, restricted, limit))
         if restricted < e.count:
             f_idx = len(plans)
-            plans.append(LaunchPlan(r, e.start + restricted, e.count - restricted))
+            plans.append(RequestLaunch(r, e.start + restricted, e.count - restricted))
         first_plan.append((r_idx, restricted, f_idx))
     taken = [0] * len(squad.entries)
     order = []
-    for j in squad.order:
+    for j in squad.entry_of_kernel:
         r_idx, restricted, f_idx = first_plan[j]
         order.append(r_idx if taken[j] < restricted else f_idx)
         taken[j] += 1

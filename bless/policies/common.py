@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bless.core.lifecycle import AppState
-from bless.core.policy import Decision, LaunchPlan
+from bless.core.policy import Decision, RequestLaunch
 from bless.hw.gpus import GpuSpec
 
 
@@ -31,5 +31,5 @@ def launch_queued(apps: list[AppState], sm_limit: Callable[[AppState], int | Non
             continue
         limit = sm_limit(app)
         while (req := app.take_queued()) is not None:
-            plans.append(LaunchPlan(req, 0, req.n_kernels, limit))
+            plans.append(RequestLaunch(req, 0, req.n_kernels, limit))
     return Decision(tuple(plans)) if plans else None

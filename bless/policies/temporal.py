@@ -34,7 +34,7 @@ import numpy as np
 
 from bless.backend.interface import HostCosts
 from bless.core.lifecycle import AppState
-from bless.core.policy import Decision, LaunchPlan, Policy
+from bless.core.policy import Decision, Policy, RequestLaunch
 from bless.hw.gpus import GpuSpec
 
 
@@ -103,10 +103,10 @@ class TemporalPolicy(Policy):
             self._slice_end = now + self._slice_len[app.index]
         return Decision(self._fill(app, self._slice_end - now), sync=True)
 
-    def _fill(self, app: AppState, budget: float) -> tuple[LaunchPlan, ...]:
+    def _fill(self, app: AppState, budget: float) -> tuple[RequestLaunch, ...]:
         """The app's next kernels, request after request, that fit in ``budget`` (at least one)."""
         prefix = self._prefix[app.index]
-        plans: list[LaunchPlan] = []
+        plans: list[RequestLaunch] = []
         while budget > 0 or not plans:
             req = app.activate()
             if req is None:
@@ -116,7 +116,7 @@ class TemporalPolicy(Policy):
             count = min(max(fits, 0 if plans else 1), req.remaining)
             if count == 0:
                 break
-            plans.append(LaunchPlan(req, start, count))
+            plans.append(RequestLaunch(req, start, count))
             budget -= prefix[start + count] - prefix[start]
             if count < req.remaining:
                 break

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bless.core.lifecycle import AppState
-from bless.core.policy import Decision, LaunchPlan, Policy
+from bless.core.policy import Decision, Policy, RequestLaunch
 
 
 class UnboundPolicy(Policy):
@@ -22,5 +22,5 @@ class UnboundPolicy(Policy):
         plans = []
         for app in apps:
             while (req := app.take_queued()) is not None:
-                plans.append(LaunchPlan(req, 0, req.n_kernels))
+                plans.append(RequestLaunch(req, 0, req.n_kernels))
         return Decision(tuple(plans)) if plans else None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from bless.core.lifecycle import AppState, Request
-from bless.core.policy import Decision, LaunchPlan, Policy
+from bless.core.policy import Decision, Policy, RequestLaunch
 from bless.hw.gpus import GpuSpec
 
 BACKWARD_PREFIX = "bwd:"
@@ -69,7 +69,7 @@ class ZicoPolicy(Policy):
                 wake = min(wake, max(blockers))
                 continue
             req = app.take_queued()
-            plans.append(LaunchPlan(req, 0, req.n_kernels))
+            plans.append(RequestLaunch(req, 0, req.n_kernels))
             self._forward_end[app.index] = now + self._forward[app.index] * self._iteration[app.index]
         if not plans:
             return Decision(wake_at=wake) if wake < math.inf else None

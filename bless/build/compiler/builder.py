@@ -28,7 +28,7 @@ from pathlib import Path
 from bless.build.plan import (
     Buffer,
     Image,
-    Launch,
+    KernelLaunch,
     Plan,
     load_plan,
     plan_path,
@@ -114,7 +114,7 @@ def _compile(app: App, gpu: str, seed: int, path: Path, key: str | None, start: 
         notes.append("ptxas not found on PATH: registers are null; install the CUDA toolkit's ptxas and rebuild")
         warnings.warn(notes[-1], stacklevel=3)
     plan_launches = tuple(
-        Launch(
+        KernelLaunch(
             kernel=k.kernel,
             image=0,
             grid=k.grid,

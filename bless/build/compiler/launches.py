@@ -56,7 +56,7 @@ class UnsupportedProgram(RuntimeError):
 
 
 @dataclass(frozen=True)
-class KernelLaunch:
+class LoweredLaunch:
     """One launch before ptxas: what the lowered IR fixes."""
 
     kernel: str
@@ -88,7 +88,7 @@ class _Buffers:
         self.items[buffer] = replace(self.items[buffer], role=role)
 
 
-def extract(compiled) -> tuple[list[Buffer], list[KernelLaunch]]:
+def extract(compiled) -> tuple[list[Buffer], list[LoweredLaunch]]:
     """Buffers and kernel launches, in launch order, of a :class:`~bless.build.compiler.tvm_compile.Compiled`."""
     main = compiled.main
     buffers = _Buffers()
@@ -98,7 +98,7 @@ def extract(compiled) -> tuple[list[Buffer], list[KernelLaunch]]:
     num_input = int(main.attrs["num_input"])
     for i, param in enumerate(main.params):
         tensors[param] = _new_tensor(buffers, param.ty, "input" if i < num_input else "param")
-    launches: list[KernelLaunch] = []
+    launches: list[LoweredLaunch] = []
     for block in main.body.blocks:
         for binding in block.bindings:
             var, value = binding.var, binding.value
@@ -147,7 +147,7 @@ def _call(var, call, buffers: _Buffers, tensors, storages, launches, compiled) -
         raise UnsupportedProgram(f"Relax main calls a {op_kind}, which the plan cannot express")
 
 
-def _group_launches(name: str, relax_args, buffers: _Buffers, tensors, compiled) -> list[KernelLaunch]:
+def _group_launches(name: str, relax_args, buffers: _Buffers, tensors, compiled) -> list[LoweredLaunch]:
     """The device kernels one call of TIR function ``name`` launches, in order."""
     params = compiled.tir_functions[name].params
     if len(params) != len(relax_args):
@@ -169,7 +169,7 @@ def _group_launches(name: str, relax_args, buffers: _Buffers, tensors, compiled)
     return [replace(launch, flops=flops * _threads(launch) / total_threads) for launch in launches]
 
 
-def _launch(group: str, call, by_name: dict[str, _Tensor]) -> KernelLaunch:
+def _launch(group: str, call, by_name: dict[str, _Tensor]) -> LoweredLaunch:
     kernel = str(call.args[0].value)
     params = list(call.attrs.launch_params)
     values = call.args[len(call.args) - len(params) :]
@@ -197,7 +197,7 @@ def _launch(group: str, call, by_name: dict[str, _Tensor]) -> KernelLaunch:
             touched[tensor.buffer] = max(touched.get(tensor.buffer, 0), tensor.nbytes)
         else:
             raise UnsupportedProgram(f"kernel {kernel} of {group}: cannot map argument {text} to a buffer or constant")
-    return KernelLaunch(
+    return LoweredLaunch(
         kernel=kernel,
         group=group,
         grid=tuple(dims["grid"]),
@@ -209,7 +209,7 @@ def _launch(group: str, call, by_name: dict[str, _Tensor]) -> KernelLaunch:
     )
 
 
-def _threads(launch: KernelLaunch) -> int:
+def _threads(launch: LoweredLaunch) -> int:
     g, b = launch.grid, launch.block
     return g[0] * g[1] * g[2] * b[0] * b[1] * b[2]
 

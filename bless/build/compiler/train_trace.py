@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
-from bless.build.plan import Launch
+from bless.build.plan import KernelLaunch
 from bless.build.zoo import App, example_inputs, instantiate, sgd, training_step
 
 PHASES = ("forward", "backward", "optimizer")
@@ -128,10 +128,10 @@ def trace_forward(app: App, batch: int, seed: int) -> tuple[TracedOp, ...]:
     return tuple(recorder.ops)
 
 
-def descriptor_launches(ops: tuple[TracedOp, ...]) -> tuple[Launch, ...]:
+def descriptor_launches(ops: tuple[TracedOp, ...]) -> tuple[KernelLaunch, ...]:
     """Descriptor-only launches (name, FLOPs, bytes; no image, grid or arguments), one per operator."""
     return tuple(
-        Launch(
+        KernelLaunch(
             kernel=op.op,
             image=None,
             grid=None,
