@@ -102,6 +102,7 @@ def _percentiles(x: np.ndarray) -> str:
     return f"p50 {np.percentile(x, 50) * 1e3:.3f} ms, p99 {np.percentile(x, 99) * 1e3:.3f} ms"
 
 
+@pytest.mark.slow
 def test_8_clients_10000_requests_none_lost(serve):
     clients, total = 8, 10_000
     apps = [f"tiny{i}" for i in range(4)]
