@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: run test test-all bench clean
+.PHONY: run test test-slow test-all lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,14 +20,30 @@ $(VENV)/.test: pyproject.toml $(BIN)/python
 	$(PIP) install -e '.[test,apps,cuda]'
 	touch $@ $(VENV)/.core
 
+# The linters.
+$(VENV)/.lint: pyproject.toml $(BIN)/python
+	$(PIP) install -e '.[lint]'
+	touch $@ $(VENV)/.core
+
 run: $(VENV)/.core
 	$(BIN)/bless demo
 
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# The slow tier (the 10,000-request soak, full model builds): CI runs it as its own step.
+test-slow: $(VENV)/.test
+	$(BIN)/python -m pytest -q -m slow
+
 test-all: $(VENV)/.test
 	$(BIN)/python -m pytest -q
+
+# ruff (lint and format), mypy on core/policies/hw/sim, and the layer contracts (import-linter).
+lint: $(VENV)/.lint
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.core
 	$(BIN)/bless bench sim

@@ -96,9 +96,10 @@ class Executor:
         if trace is not None:
             trace.begin(backend.now())
         decision, cost = self._decide()
-        launched = decision is not None and bool(decision.plans)
+        launched = False
         wake_at = decision.wake_at if decision is not None else math.inf
-        if launched:
+        if decision is not None and decision.plans:
+            launched = True
             backend.charge_host(cost)
             self.policy.on_launch(decision)
             launches = self.manager.execute(decision)

@@ -79,6 +79,8 @@ class Request:
 
     @property
     def latency(self) -> float:
+        if self.end is None:
+            raise ValueError(f"request {self.rid} of {self.app.name!r} has not finished: it has no latency yet")
         return self.end - self.arrival
 
     @property

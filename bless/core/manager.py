@@ -56,7 +56,7 @@ class KernelManager:
             return []
         order = decision.launch_of_kernel
         if order is None:
-            order = [i for i, p in enumerate(plans) for _ in range(p.count)]
+            order = tuple(i for i, p in enumerate(plans) for _ in range(p.count))
         cursor = [p.start for p in plans]
         streams = [self.stream(p.request.app, p.sm_limit) for p in plans]
         launch = self.backend.launch

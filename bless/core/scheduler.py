@@ -278,8 +278,8 @@ def build_deadline_squad(
     if not entries:
         return PacedLaunch(Squad((), ()), (), wake)
     owners = np.repeat(np.arange(len(entries)), [e.count for e in entries])
-    order = owners[np.argsort(np.concatenate(starts), kind="stable")]
-    return PacedLaunch(Squad(tuple(entries), tuple(order.tolist())), tuple(durations), wake)
+    by_start = owners[np.argsort(np.concatenate(starts), kind="stable")]
+    return PacedLaunch(Squad(tuple(entries), tuple(by_start.tolist())), tuple(durations), wake)
 
 
 def _window_count(p: PacedRequest, row: int, window: float) -> int:

@@ -179,7 +179,7 @@ class BlessPolicy(Policy):
     def _configured(self, squad: Squad) -> Decision:
         """``squad`` in the configuration the determiner prices fastest."""
         prev = [self._last_limit.get(e.request.rid) for e in squad.entries]
-        config = self.determiner.decide(squad, prev)
+        config = self._determiner().decide(squad, prev)
         if config.restricted:
             sms = [self.gpu.sms_for_level(n, self.mechanism) for n in config.partitions]
             plans, order = semi_sp_plans(squad, sms, config.split_ratio)
@@ -189,7 +189,7 @@ class BlessPolicy(Policy):
 
     def decide_ahead(self, now: float, apps: list[AppState], running: Decision) -> Decision | None:
         """The next squad, as the scheduler would build it when ``running`` ends (its estimated end)."""
-        if not self.ahead:
+        if not self.ahead or running.estimate is None:
             return None
         return self.step(now + running.estimate.duration, apps)
 
@@ -246,7 +246,12 @@ class BlessPolicy(Policy):
 
     def _price(self, runs, ready):
         """The determiner's kernel walk over ``(request, start, count, sm_limit)`` runs."""
-        return self.determiner.run_ends([(r.app.profile, s, c, lim) for r, s, c, lim in runs], ready)
+        return self._determiner().run_ends([(r.app.profile, s, c, lim) for r, s, c, lim in runs], ready)
+
+    def _determiner(self) -> Determiner:
+        if self.determiner is None:
+            raise RuntimeError("BlessPolicy.setup(apps, gpu) must run before the policy steps")
+        return self.determiner
 
     def describe(self) -> dict:
         return {

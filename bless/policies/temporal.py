@@ -49,8 +49,9 @@ class TemporalPolicy(Policy):
         if switch_cost is not None and switch_cost < 0:
             raise ValueError(f"temporal switch_cost must be >= 0 seconds, got {switch_cost}")
         self.slice = slice
-        self.switch_cost = switch_cost
-        """Idle seconds between two apps' slices; None until :meth:`setup` takes the GPU's."""
+        self._requested_switch = switch_cost
+        self.switch_cost = 0.0 if switch_cost is None else switch_cost
+        """Idle seconds between two apps' slices (the GPU's context switch unless given; set by :meth:`setup`)."""
         self._slice_len: dict[int, float] = {}
         self._prefix: dict[int, np.ndarray] = {}
         """Per app: cumulative full-GPU kernel durations (the fit estimate)."""
@@ -60,7 +61,7 @@ class TemporalPolicy(Policy):
         self._switch_until = -math.inf
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
-        if self.switch_cost is None:
+        if self._requested_switch is None:
             self.switch_cost = HostCosts.for_gpu(gpu).context_switch
         total = sum(a.quota for a in apps)
         round_len = self.slice * len(apps)
@@ -88,9 +89,8 @@ class TemporalPolicy(Policy):
         if now < self._switch_until:
             return Decision(wake_at=self._switch_until)
         holder = next((a for a in apps if a.index == self._holder), None)
-        if holder is not None and now < self._slice_end and self._has_work(holder):
-            app = holder
-        else:
+        app = holder if holder is not None and now < self._slice_end and self._has_work(holder) else None
+        if app is None:
             app = self._next_app(apps)
             if app is None:
                 return None

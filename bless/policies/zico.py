@@ -69,6 +69,8 @@ class ZicoPolicy(Policy):
                 wake = min(wake, max(blockers))
                 continue
             req = app.take_queued()
+            if req is None:
+                continue
             plans.append(RequestLaunch(req, 0, req.n_kernels))
             self._forward_end[app.index] = now + self._forward[app.index] * self._iteration[app.index]
         if not plans:

@@ -239,9 +239,8 @@ def simulate_latency(
         _loop(engine, other, c_stream, c_runs, corunner_end)
     _loop(engine, victim, v_stream, v_runs, victim_end)
     engine.run()
-    measured = v_runs[WARMUP_ITERATIONS:]
-    starts = [v_runs[i - 1][-1].end for i in range(WARMUP_ITERATIONS, total)]
-    latency = statistics.fmean(b[-1].end - s for b, s in zip(measured, starts))
+    ends = [_ended(batch[-1]) for batch in v_runs]
+    latency = statistics.fmean(ends[i] - ends[i - 1] for i in range(WARMUP_ITERATIONS, min(total, len(ends))))
     return latency, v_runs, c_runs
 
 
@@ -322,3 +321,10 @@ def replay_rows(rows: list[PairRow], interference: InterferenceModel | None = No
         )
         out.append(RowResult(row, Replay(solo[key], corun)))
     return out
+
+
+def _ended(run: KernelRun) -> float:
+    """When ``run`` ended (the engine has run it to completion)."""
+    if run.end is None:
+        raise RuntimeError(f"kernel {run.kernel.name!r} never ended: the co-run replay stopped early")
+    return run.end

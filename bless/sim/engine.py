@@ -163,6 +163,8 @@ class KernelRun:
 
     @property
     def duration(self) -> float:
+        if self.start is None or self.end is None:
+            raise ValueError(f"kernel {self.kernel.name!r} has not run yet: it has no duration")
         return self.end - self.start
 
 
