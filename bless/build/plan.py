@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.backend.interface import BackendError
+from bless.documents import load_document
 from bless.profiles.format import Profile
 
 FORMAT = "bless-plan"
@@ -166,16 +167,7 @@ def find_plan(profile: Profile, gpu: str) -> Path:
 def load_plan(path: str | Path) -> Plan:
     """Read and validate a plan file."""
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PlanError(f"{path}: no such plan file") from None
-    except json.JSONDecodeError as e:
-        raise PlanError(f"{path}: not valid JSON ({e})") from None
-    try:
-        return plan_from_dict(raw, path)
-    except PlanError as e:
-        raise PlanError(f"{path}: {e}") from None
+    return load_document(path, lambda raw: plan_from_dict(raw, path), PlanError, "plan")
 
 
 def plan_from_dict(raw: Any, path: Path) -> Plan:

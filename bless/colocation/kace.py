@@ -69,6 +69,7 @@ from typing import Any
 import numpy as np
 
 from bless.colocation.kace_data import FeatureTable, is_percentage
+from bless.documents import load_document
 from bless.hw.gpus import MIB, GpuSpec
 from bless.profiles.features import dram_seconds, full_gpu_times, max_sms
 from bless.profiles.format import Profile
@@ -282,17 +283,14 @@ class KaceModel:
 
     @classmethod
     def load(cls, path: str | Path) -> KaceModel:
-        path = Path(path)
-        try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ModelError(f"{path}: no such model file; write one with `bless kace fit`") from None
-        except json.JSONDecodeError as e:
-            raise ModelError(f"{path}: not valid JSON ({e})") from None
-        try:
-            return cls.from_dict(raw)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ModelError(f"{path}: {e}") from None
+        return load_document(
+            path,
+            cls.from_dict,
+            ModelError,
+            "model",
+            parse_errors=(KeyError, TypeError, ValueError),
+            missing_hint="write one with `bless kace fit`",
+        )
 
     @classmethod
     def from_dict(cls, raw: Any) -> KaceModel:

@@ -31,7 +31,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import yaml
+from bless.documents import load_document
 
 POLICY_SHORTHANDS = ("squad_size", "split_ratio", "determiner", "pacing")
 TOP_LEVEL = {
@@ -221,19 +221,8 @@ def config_from_dict(raw: Any) -> RunConfig:
 
 def read_yaml(path: str | Path) -> Any:
     """A YAML file's contents; a missing or malformed file is a :class:`ConfigError` naming it."""
-    path = Path(path)
-    try:
-        return yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    return load_document(path, lambda raw: raw, ConfigError, "config", syntax="yaml")
 
 
 def load_config(path: str | Path) -> RunConfig:
-    path = Path(path)
-    raw = read_yaml(path)
-    try:
-        return config_from_dict(raw)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+    return load_document(path, config_from_dict, ConfigError, "config", syntax="yaml")

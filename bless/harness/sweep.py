@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from bless.documents import load_document
 from bless.harness.config import ConfigError
 
 WALL_COLUMNS = ("wall_s", "kernels_per_wall_s")
@@ -194,16 +195,7 @@ def parse_sweep(raw: Any, source: Path | None = None) -> Sweep:
 
 def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such sweep file") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
-    try:
-        return parse_sweep(raw, path)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+    return load_document(path, lambda raw: parse_sweep(raw, path), ConfigError, "sweep", syntax="yaml")
 
 
 def _validate(cfg: dict[str, Any], values: dict[str, Any]) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from bless.documents import load_document
 from bless.hw.gpus import N_LEVELS, GpuSpec, get_gpu
 from bless.profiles import curves
 
@@ -202,17 +203,7 @@ def _kernel_to_dict(k: KernelDesc) -> dict[str, Any]:
 # ------------------------------------------------------------------ loading
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file."""
-    path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: no such profile file") from None
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"{path}: not valid JSON ({e})") from None
-    try:
-        return profile_from_dict(raw)
-    except ProfileError as e:
-        raise ProfileError(f"{path}: {e}") from None
+    return load_document(path, profile_from_dict, ProfileError, "profile")
 
 
 def profile_from_dict(raw: Any) -> Profile:
