@@ -322,23 +322,11 @@ class Determiner:
         """One request after the other, each alone on the whole GPU, ``barrier`` apart."""
         return sum(self.seq_times(squad)) + self.barrier * max(len(squad.entries) - 1, 0)
 
-    def _walk(self, g0, cnt, rcnt, caps, ready) -> float:
-        return float(
-            _walk(
-                self._dense,
-                self._most,
-                self._dram,
-                g0,
-                cnt,
-                rcnt,
-                caps,
-                ready,
-                self.switch_cost,
-                self.interference,
-                self._sets,
-                np.zeros(len(cnt)),
-            )
-        )
+    def _walk(self, g0, cnt, rcnt, caps, ready, ends: np.ndarray | None = None) -> float:
+        """The kernel walk over this determiner's tables; each run's end goes to ``ends`` if given."""
+        out = np.zeros(len(cnt)) if ends is None else ends
+        args = (self._dense, self._most, self._dram, g0, cnt, rcnt, caps, ready)
+        return float(_walk(*args, self.switch_cost, self.interference, self._sets, out))
 
     def run_ends(self, runs: list[tuple[Profile, int, int, int | None]], ready: np.ndarray) -> np.ndarray:
         """When each run ``(profile, start, count, sm_limit)`` -- kernels ``[start, start + count)``
@@ -350,20 +338,7 @@ class Determiner:
         rcnt = np.array([0 if lim is None else c for _, _, c, lim in runs], dtype=np.int64)
         caps = np.array([1 if lim is None else lim for *_, lim in runs], dtype=np.int64)
         ends = np.zeros(k)
-        _walk(
-            self._dense,
-            self._most,
-            self._dram,
-            g0,
-            cnt,
-            rcnt,
-            caps,
-            np.asarray(ready, dtype=np.float64),
-            self.switch_cost,
-            self.interference,
-            self._sets,
-            ends,
-        )
+        self._walk(g0, cnt, rcnt, caps, np.asarray(ready, dtype=np.float64), ends)
         return ends
 
     # ------------------------------------------------------------ decision
