@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +42,6 @@ def _profiles(names: list[str], gpu: str):
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from bless.harness.bench import bench_overhead, bench_policy_step, bench_sim
 
@@ -46,53 +49,50 @@ def run(args: argparse.Namespace) -> int:
     profiles = _profiles(args.apps, args.gpu)
     names = ", ".join(p.app for p in profiles)
     if args.what == "sim":
-        table = Table(title=f"simulated GPU speed ({names})")
-        for col in ("concurrent apps", "kernels", "wall s", "kernels / wall s", "simulated s"):
-            table.add_column(col, justify="right")
+        rows = []
         for n in (1, 2, 8):
             r = bench_sim(profiles, n, args.kernels, args.gpu)
-            table.add_row(
-                str(n),
-                str(r.kernels),
-                f"{r.wall_seconds:.2f}",
-                f"{r.kernels_per_second:,.0f}",
-                f"{r.simulated_seconds:.2f}",
+            rows.append(
+                (n, r.kernels, f"{r.wall_seconds:.2f}", f"{r.kernels_per_second:,.0f}", f"{r.simulated_seconds:.2f}")
             )
-    else:
-        table = Table(title=f"BLESS host overhead per scheduled kernel, S={args.squad_size} ({names})")
-        for col in (
-            "active apps",
-            "squads",
-            "kernels/squad",
-            "schedule us/kernel",
-            "search us/kernel",
-            "total us/kernel",
-        ):
-            table.add_column(col, justify="right")
-        for n in (2, 4, 8):
-            r = bench_overhead(profiles, n, args.squad_size, args.squads)
-            table.add_row(
-                str(n),
-                str(r.squads),
+        columns = ("concurrent apps", "kernels", "wall s", "kernels / wall s", "simulated s")
+        console.print(_table(f"simulated GPU speed ({names})", columns, rows))
+        return 0
+    rows = []
+    for n in (2, 4, 8):
+        r = bench_overhead(profiles, n, args.squad_size, args.squads)
+        rows.append(
+            (
+                n,
+                r.squads,
                 f"{r.kernels / r.squads:.1f}",
                 f"{r.schedule_us_per_kernel:.2f}",
                 f"{r.search_us_per_kernel:.2f}",
                 f"{r.us_per_kernel:.2f}",
             )
-        console.print(table)
-        table = Table(title=f"the whole policy step per scheduled kernel, in a replay (load A; {names})")
-        for col in ("apps", "pacing", "steps", "kernels/step", "us/step", "us/kernel"):
-            table.add_column(col, justify="right")
-        for n in (2, 4, 8):
-            for pacing in ("deadline", "paper"):
-                r = bench_policy_step(profiles, n, pacing)
-                table.add_row(
-                    str(n),
-                    pacing,
-                    str(r.steps),
-                    f"{r.kernels / max(r.steps, 1):.1f}",
-                    f"{r.us_per_step:.1f}",
-                    f"{r.us_per_kernel:.2f}",
-                )
-    console.print(table)
+        )
+    columns = ("active apps", "squads", "kernels/squad", "schedule us/kernel", "search us/kernel", "total us/kernel")
+    console.print(_table(f"BLESS host overhead per scheduled kernel, S={args.squad_size} ({names})", columns, rows))
+    rows = []
+    for n in (2, 4, 8):
+        for pacing in ("deadline", "paper"):
+            r = bench_policy_step(profiles, n, pacing)
+            kernels_per_step = r.kernels / max(r.steps, 1)
+            rows.append(
+                (n, pacing, r.steps, f"{kernels_per_step:.1f}", f"{r.us_per_step:.1f}", f"{r.us_per_kernel:.2f}")
+            )
+    columns = ("apps", "pacing", "steps", "kernels/step", "us/step", "us/kernel")
+    console.print(_table(f"the whole policy step per scheduled kernel, in a replay (load A; {names})", columns, rows))
     return 0
+
+
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple]) -> Table:
+    """A right-aligned table of ``rows`` (cells printed with ``str``)."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*(str(c) for c in row))
+    return table
