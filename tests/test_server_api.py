@@ -280,6 +280,40 @@ def test_metrics_endpoint(server, admin):
         assert name in text, name
 
 
+def scrape(server) -> dict[str, float]:
+    """The samples of the metrics endpoint, by name and labels."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
+    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))}
+
+
+def test_get_stats_and_metrics_report_the_same_numbers(server, admin):
+    admin.register("a", "quick", "50%")
+    admin.register("b", "other", "25%")
+    for _ in range(3):
+        admin.infer("a")
+    admin.infer("b")
+    stats, metrics = admin.stats(), scrape(server)
+    for app in stats.apps:
+        label = f'app="{app.name}"'
+        assert metrics[f'bless_requests_total{{{label},status="succeeded"}}'] == app.succeeded
+        assert metrics[f"bless_request_duration_seconds_count{{{label}}}"] == app.latency.count
+        assert metrics[f"bless_request_duration_seconds_sum{{{label}}}"] == pytest.approx(
+            app.latency.mean_seconds * app.latency.count
+        )
+        assert metrics[f'bless_request_duration_seconds_bucket{{{label},le="+Inf"}}'] == app.latency.count
+        assert metrics[f"bless_app_quota_ratio{{{label}}}"] == pytest.approx(app.quota)
+    assert metrics["bless_kernels_total"] == stats.gpu.kernels > 0
+
+    admin.reset_stats()  # the GetStats window restarts; Prometheus counters never do
+    assert admin.stats("a").apps[0].succeeded == 0
+    assert scrape(server)['bless_requests_total{app="a",status="succeeded"}'] == 3
+
+    admin.unregister("b")  # its counters stay exported, its gauges go
+    metrics = scrape(server)
+    assert metrics['bless_requests_total{app="b",status="succeeded"}'] == 1
+    assert 'bless_active_requests{app="b"}' not in metrics and 'bless_active_requests{app="a"}' in metrics
+
+
 def test_cli_client_against_a_server(server, capsys):
     from bless.cli import main
 

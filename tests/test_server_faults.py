@@ -86,6 +86,26 @@ def test_a_faulting_kernel_fails_its_request_only(server):
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and e.value.details().startswith("kernel")
 
 
+def test_a_backend_that_cannot_inject_faults_answers_failed_precondition(make_server, monkeypatch):
+    """The CUDA backend, for one, keeps the interface's default: it cannot inject faults."""
+    from bless.backend.interface import Backend
+    from bless.serving.server import server as server_module
+    from bless.sim.backend import SimBackend
+
+    class NoFaults(SimBackend):
+        inject_fault = Backend.inject_fault
+
+    monkeypatch.setattr(server_module, "make_backend", lambda cfg: NoFaults(cfg.gpu, clock="wall"))
+    server = make_server()
+    with BlessClient(server.address, token=server.token) as c:
+        c.register("a", "quick", "50%")
+        with pytest.raises(grpc.RpcError) as e:
+            c.inject_fault("a", kernel=3)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "cannot inject faults" in e.value.details()
+        c.infer("a")  # nothing else changed
+
+
 def test_graceful_shutdown_answers_every_request(make_server):
     server = make_server()
     with BlessClient(server.address, token=server.token) as c:

@@ -71,10 +71,20 @@ class BackendError(RuntimeError):
 
 
 class Backend(ABC):
-    """One GPU, real or simulated."""
+    """One GPU, real or simulated.
+
+    Abstract: what every backend must do for the runtime to run at all.  The
+    rest has a default only where the default is a true answer for a backend
+    that cannot do better (``nan`` for a statistic it cannot measure, an error
+    for a fault it cannot inject).
+    """
 
     name: str = "?"
     gpu: GpuSpec
+    mechanism: str
+    """How its restricted contexts limit SMs: ``"mps"`` (execution affinity) or ``"green"``
+    (green contexts).  Callers build policies for it, so their partitions round as the
+    backend's contexts do."""
 
     @abstractmethod
     def deploy(self, profile: Profile) -> AppHandle:
@@ -83,6 +93,14 @@ class Backend(ABC):
     @abstractmethod
     def undeploy(self, app: AppHandle) -> None:
         """Release an app's contexts and memory."""
+
+    @property
+    @abstractmethod
+    def memory_used(self) -> int:
+        """Bytes of device memory this backend holds now: its apps and their contexts.
+
+        Admission adds a new app's needs to this, so it must count everything the
+        backend allocated, not what it was asked for."""
 
     @abstractmethod
     def create_context(self, app: AppHandle, sm_limit: int | None, *, shared: str | None = None) -> Any:
@@ -150,6 +168,20 @@ class Backend(ABC):
     def utilisation(self) -> float:
         """Fraction of SM-time busy since the backend started (nan if unknown)."""
         return math.nan
+
+    def sm_seconds(self) -> float:
+        """Busy SM-seconds since the backend started: the sum over SMs of the time each ran
+        a block (nan if unknown).  Its rate over the SM count is the utilisation now,
+        which a server exports next to :meth:`utilisation`, the average since start."""
+        return math.nan
+
+    def inject_fault(self, app: AppHandle, kernel: int = 0, count: int = 1, message: str = "") -> None:
+        """Make the next ``count`` launches of kernel ``kernel`` of deployment ``app`` fault,
+        failing only the requests they belong to (failure drills and tests).
+
+        Only a backend that controls its kernels' outcome can do this; the default
+        says so rather than pretend."""
+        raise BackendError(f"{self.describe()} cannot inject faults; the simulated GPU (backend sim) can")
 
     def close(self) -> None:
         """Release everything."""

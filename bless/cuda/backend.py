@@ -22,7 +22,10 @@
 
 The clock is the host's monotonic clock in seconds since the backend started.
 Per-request inputs are the seeded ones written at deployment: the Backend
-interface has no way to pass request data yet.
+interface has no way to pass request data yet.  Busy SM time is not measured
+(``utilisation`` and :meth:`~CudaBackend.sm_seconds` answer nan), and faults
+cannot be injected (the interface's default error): a kernel's outcome is the
+GPU's, and its faults are not yet mapped to the request they fail.
 """
 
 from __future__ import annotations
@@ -157,8 +160,20 @@ class CudaBackend(Backend):
 
     @property
     def memory_used(self) -> int:
-        """Bytes of the apps' arenas plus what the restricted contexts took."""
+        """Bytes this backend allocated: the apps' arenas plus what each restricted context
+        took when it was created (measured, cuMemGetInfo before and after).  Memory of other
+        processes on the GPU is not counted."""
         return self._arena_bytes + sum(self.context_memory.values())
+
+    def sm_seconds(self) -> float:
+        """Not measured: nan.
+
+        The driver API reports when a kernel started and ended (events), not how many
+        SMs its blocks held meanwhile: a kernel may hold fewer SMs than its context
+        was granted, or share them with other contexts' kernels, so granted SMs times
+        duration would count idle and contended SMs as busy.  Per-SM busy time needs
+        the hardware counters (CUPTI), which this backend does not read."""
+        return math.nan
 
     def create_context(self, app: AppHandle, sm_limit: int | None, *, shared: str | None = None) -> AppContext:
         state: DeployedApp = app.private

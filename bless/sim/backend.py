@@ -115,6 +115,7 @@ class SimBackend(Backend):
 
     @property
     def memory_used(self) -> int:
+        """Bytes of the deployed apps and their contexts (each context costs the data file's figure)."""
         return self._memory_used
 
     def create_context(self, app: AppHandle, sm_limit: int | None, *, shared: str | None = None) -> Context:
@@ -196,8 +197,9 @@ class SimBackend(Backend):
     def inject_fault(self, app: AppHandle, kernel: int = 0, count: int = 1, message: str = "") -> None:
         """Make the next ``count`` launches of kernel ``kernel`` of deployment ``app`` fault.
 
-        A faulting kernel still runs for its usual time (the model does not
-        abort streams); its ``error`` is set and every later kernel launched
+        The simulator decides every kernel's outcome, so it can.  A faulting
+        kernel still runs for its usual time (the model does not abort
+        streams); its ``error`` is set and every later kernel launched
         ``after`` it inherits the error, so the request it belongs to ends
         failed (:class:`~bless.harness.replay.Executor` sets ``Request.failed``) and
         other requests and apps are untouched.  For tests and failure drills.
@@ -291,6 +293,10 @@ class SimBackend(Backend):
         if elapsed <= 0:
             return math.nan
         return self.engine.stats.sm_seconds / (elapsed * self.gpu.sm_count)
+
+    def sm_seconds(self) -> float:
+        """The model's busy SM-seconds (every SM holding a block counts as busy)."""
+        return self.engine.stats.sm_seconds
 
     def describe(self) -> str:
         return f"simulated {self.gpu.full_name} ({self.clock} clock, {self.mechanism} contexts)"

@@ -1,13 +1,16 @@
 """``bless serve``: the BLESS runtime behind gRPC, one server process per GPU.
 
 * :mod:`~bless.serving.server.server` -- :class:`BlessServer`, assembling the parts;
-* :mod:`~bless.serving.server.core` -- the serving loop (threads, inbox, faults);
+* :mod:`~bless.serving.server.core` -- the serving loop (threads, faults), with
+  :mod:`~bless.serving.server.inbox` (the messages RPC handlers post to it) and
+  :mod:`~bless.serving.server.jobs` (apps and requests in flight, outcomes);
 * :mod:`~bless.serving.server.inference` / :mod:`~bless.serving.server.admin` -- the OIP v2 and
   ``bless.admin.v1`` services;
 * :mod:`~bless.serving.server.admission` -- admission rules (pure functions);
 * :mod:`~bless.serving.server.tensors`, :mod:`~bless.serving.server.spec` -- validation;
-* :mod:`~bless.serving.server.store` (SQLite), :mod:`~bless.serving.server.stats`,
-  :mod:`~bless.serving.server.metrics` (Prometheus).
+* :mod:`~bless.serving.server.store` (SQLite);
+* :mod:`~bless.serving.server.stats` -- every measurement, recorded once, which GetStats,
+  ModelStatistics and :mod:`~bless.serving.server.metrics` (Prometheus, at scrape time) read.
 
 See ``bless/serving/server/README.md``.  The package imports its parts lazily, so
 clients can use :mod:`bless.serving.server.tensors` without the server's dependencies.

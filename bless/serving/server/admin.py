@@ -16,8 +16,9 @@ from typing import Any
 import grpc
 
 from bless.serving.api import ADMIN_SERVICE, admin
-from bless.serving.server.core import ServedApp, ServingCore
+from bless.serving.server.core import ServingCore
 from bless.serving.server.errors import Unauthenticated
+from bless.serving.server.jobs import ServedApp
 from bless.serving.server.rpc import generic_handler
 from bless.serving.server.spec import (
     check_name,
@@ -98,7 +99,7 @@ class AdminService:
             backend=core.backend.describe(),
             sm_count=core.gpu.sm_count,
             memory_bytes=core.gpu.memory_bytes,
-            memory_used_bytes=core.memory_used(),
+            memory_used_bytes=core.backend.memory_used,
             max_restricted_level=core.policy.max_level,
             squad_size=core.policy.squad_size,
             split_ratio=core.policy.split_ratio,
@@ -140,7 +141,7 @@ class AdminService:
 
     async def reset_stats(self, request: Any, context: Any) -> Any:
         self._authorize(context)
-        self.core.reset_stats()
+        self.core.stats.reset()
         return admin.ResetStatsResponse()
 
     async def inject_fault(self, request: Any, context: Any) -> Any:
@@ -155,34 +156,35 @@ class AdminService:
 
     async def get_stats(self, request: Any, context: Any) -> Any:
         core = self.core
+        stats = core.stats
         apps = [core.lookup(request.name)] if request.name else core.apps()
-        window = time.monotonic() - core.window_start
+        window = time.monotonic() - stats.window_start
         response = admin.GetStatsResponse(window_seconds=window)
         for served in apps:
-            snap = served.stats.snapshot(served.state.target)
+            w = served.stats.window(served.state.target)
             a = response.apps.add(
                 name=served.name,
-                quota=served.state.quota,
-                received=snap.received,
-                queued=max(served.pending - served.running, 0),
-                running=served.running,
+                quota=w.quota,
+                received=w.received,
+                queued=w.queued,
+                running=w.running,
                 iso_latency_seconds=served.state.iso_latency,
                 slo_seconds=served.state.slo or 0.0,
-                target_violation_rate=snap.target_violation_rate,
-                throughput_rps=snap.counts["succeeded"] / window if window > 0 else math.nan,
-                **snap.counts,
+                target_violation_rate=w.target_violation_rate,
+                throughput_rps=w.counts["succeeded"] / window if window > 0 else math.nan,
+                **w.counts,
             )
-            _summary(a.latency, snap.latency)
-            _summary(a.queue, snap.queue)
-            _summary(a.compute, snap.compute)
-        squads, durations, restricted = core.squad_stats.summary()
+            _summary(a.latency, w.latency)
+            _summary(a.queue, w.queue)
+            _summary(a.compute, w.compute)
+        squads = stats.squads.window()
         g = response.gpu
         g.gpu.CopyFrom(self.gpu_info())
-        g.utilisation = core.gpu_sample.utilisation
-        g.squads = squads
-        g.squad_mean_seconds = durations.mean
-        g.squad_p99_seconds = durations.p99
-        g.restricted_share = restricted
-        g.kernels = core.squad_stats.kernels
-        g.uptime_seconds = time.monotonic() - core.started
+        g.utilisation = stats.gpu.utilisation
+        g.squads = squads.count
+        g.squad_mean_seconds = squads.durations.mean
+        g.squad_p99_seconds = squads.durations.p99
+        g.restricted_share = squads.restricted_share
+        g.kernels = squads.kernels
+        g.uptime_seconds = time.monotonic() - stats.started
         return response

@@ -8,13 +8,16 @@ Threads and ownership:
   BLESS a squad: launch, then sleep until its simulated kernels end) and
   answers the requests that finished.
 * **RPC handlers** (the gRPC asyncio thread) never touch scheduler state: they
-  validate, append a message to the inbox, wake the loop (an event while it
-  idles, ``backend.wake()`` while it waits on the GPU) and await the answer,
-  which the loop hands back through a callback.
+  validate, append a message (:mod:`bless.serving.server.inbox`) to the inbox,
+  wake the loop (an event while it idles, ``backend.wake()`` while it waits on
+  the GPU) and await the answer, which the loop hands back through a callback.
 
-A lock guards the app table and the per-app request counts that both sides
-read; messages are posted under it, so once the loop has shut down no message
-can slip in unanswered.
+Each event is recorded once, in the measurement store
+(:mod:`bless.serving.server.stats`), which GetStats and ``/metrics`` read.
+
+A lock guards the app table and admission (the ``max_queue`` check and the
+count of requests it reads move together); messages are posted under it, so
+once the loop has shut down no message can slip in unanswered.
 
 Faults and endings, each answered explicitly:
 
@@ -33,15 +36,14 @@ Faults and endings, each answered explicitly:
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import TypeVar
+from concurrent.futures import Future, InvalidStateError
+from typing import Any, NamedTuple, TypeVar
 
 from bless.backend.interface import Backend, BackendError
 from bless.core.executor import Executor
@@ -67,9 +69,10 @@ from bless.serving.server.errors import (
     ServiceError,
     Unavailable,
 )
-from bless.serving.server.metrics import GpuSample, ServerMetrics
+from bless.serving.server.inbox import Call, Cancel, Message, Submit, Unregister
+from bless.serving.server.jobs import Job, Outcome, ServedApp
 from bless.serving.server.spec import AppSpec, slo_seconds
-from bless.serving.server.stats import AppStats, SquadStats
+from bless.serving.server.stats import GpuSample, ServerStats
 from bless.serving.server.store import StateStore
 
 log = logging.getLogger("bless.serving.server")
@@ -79,48 +82,22 @@ GPU_SAMPLE_PERIOD = 0.1
 """Seconds between refreshes of the GPU figures the metrics endpoint reports."""
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How a request ended: a status of :data:`bless.serving.server.stats.OUTCOMES` and, if not
-    ``succeeded``, the error its RPC answers with."""
+class Route(NamedTuple):
+    """What the loop does with one kind of inbox message."""
 
-    status: str
-    error: ServiceError | None = None
-    latency: float = math.nan
-    queue: float = math.nan
-    compute: float = math.nan
-    sync_wait: float = math.nan
-    """From the end of the last kernel until the host saw it (the rest of its squad)."""
+    run: Callable[[Any], None]
+    fail: Callable[[Any, ServiceError], None]
+    """At shutdown, instead of running it: answer it with the error."""
 
 
-@dataclass(eq=False)
-class ServedApp:
-    """A registered app: its registration, scheduler state and measurements."""
-
-    spec: AppSpec
-    state: AppState
-    stats: AppStats = field(default_factory=AppStats)
-    pending: int = 0
-    """Requests queued or running (guarded by the core's lock)."""
-    running: int = 0
-    """Requests with kernels launched (written by the loop)."""
-    closing: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-
-@dataclass(eq=False)
-class Job:
-    """One inference request in flight: the scheduler's request and how to answer it."""
-
-    request: Request
-    served: ServedApp
-    answer: Callable[[Outcome], None]
-    """Called exactly once, on the loop thread."""
-    cancelled: bool = False
-    finished: bool = False
+def settle(fut: Future, result: Any = None, error: BaseException | None = None) -> None:
+    """Resolve ``fut`` unless its caller gave up on it (an RPC cancelled while it waited
+    cancels the future, and resolving a cancelled future raises)."""
+    with contextlib.suppress(InvalidStateError):
+        if error is None:
+            fut.set_result(result)
+        else:
+            fut.set_exception(error)
 
 
 class ServingCore:
@@ -131,7 +108,6 @@ class ServingCore:
         backend: Backend,
         policy: BlessPolicy,
         *,
-        metrics: ServerMetrics,
         store: StateStore,
         max_queue: int,
         limits: AdmissionLimits,
@@ -139,26 +115,28 @@ class ServingCore:
         self.backend = backend
         self.policy = policy
         self.gpu = backend.gpu
-        self.metrics = metrics
         self.store = store
         self.max_queue = max_queue
         self.limits = limits
         self.executor = Executor(backend, policy, [])
         self.executor.on_launch = self._on_launch
-        self.squad_stats = SquadStats()
-        self.gpu_sample = GpuSample(memory_bytes=self.gpu.memory_bytes, sm_count=self.gpu.sm_count)
-        self.started = time.monotonic()
-        self.window_start = time.monotonic()
+        self.stats = ServerStats(self._sample_gpu())
+        """Every measurement, recorded here once (GetStats, ModelStatistics and /metrics read it)."""
         self.failure: str | None = None
         """Why the loop died, if it did (the server then reports not ready)."""
         self._lock = threading.Lock()
         self._apps: dict[str, ServedApp] = {}
-        self._inbox: collections.deque[tuple] = collections.deque()
+        self._inbox: collections.deque[Message] = collections.deque()
+        self._routes: dict[type, Route] = {
+            Submit: Route(self._run_submit, self._fail_submit),
+            Cancel: Route(self._run_cancel, self._fail_cancel),
+            Unregister: Route(self._run_unregister, self._fail_future),
+            Call: Route(self._run_call, self._fail_future),
+        }
         self._wakeup = threading.Event()
         self._rids = itertools.count(1)
         self._indices = itertools.count()
         self._removals: list[tuple[ServedApp, Future, int]] = []
-        self._kernels_seen = 0
         self._sampled_at = -math.inf
         self._stopping = False
         self._closed = False
@@ -206,28 +184,26 @@ class ServingCore:
             if served.closing or self._apps.get(served.name) is not served:
                 raise NotFound(f"no app {served.name!r} on this server (it was unregistered)")
             if served.pending >= self.max_queue:
-                served.stats.outcome("rejected")
-                self.metrics.app(served.name).requests["rejected"].inc()
+                served.stats.rejected()
                 raise ResourceExhausted(
                     f"app {served.name!r} already has {served.pending} requests queued or running, "
                     f"the most it may have (max_queue); retry later"
                 )
-            served.pending += 1
+            served.stats.admitted()
             job = Job(Request(next(self._rids), served.state, self.backend.now()), served, answer)
             job.request.payload = job
-            self._inbox.append(("submit", job))
-        self.metrics.app(served.name).active.inc()
+            self._inbox.append(Submit(job))
         self._wake()
         return job
 
     def cancel(self, job: Job) -> None:
         """The client gave up: drop the request if it has not started."""
-        self._post(("cancel", job), refuse=False)
+        self._post(Cancel(job), refuse=False)
 
     def call(self, body: Callable[[], T]) -> Future[T]:
         """Run ``body`` on the loop thread (admin commands); its result or error in the future."""
         fut: Future = Future()
-        self._post(("call", body, fut))
+        self._post(Call(body, fut))
         return fut
 
     def register(
@@ -241,7 +217,7 @@ class ServingCore:
     def unregister(self, name: str) -> Future[int]:
         """Resolves, with the number of aborted queued requests, once the app is gone."""
         fut: Future = Future()
-        self._post(("unregister", name, fut))
+        self._post(Unregister(name, fut))
         return fut
 
     def inject_fault(self, name: str, kernel: int, count: int) -> Future:
@@ -259,18 +235,7 @@ class ServingCore:
                     "could not restore app %r from %s: %s (kept in the store)", stored.spec.name, self.store.path, e
                 )
 
-    def reset_stats(self) -> None:
-        with self._lock:
-            apps = list(self._apps.values())
-        for a in apps:
-            a.stats.reset()
-        self.squad_stats.reset()
-        self.window_start = time.monotonic()
-
-    def memory_used(self) -> int:
-        return int(getattr(self.backend, "memory_used", 0))
-
-    def _post(self, message: tuple, refuse: bool = True) -> None:
+    def _post(self, message: Message, refuse: bool = True) -> None:
         with self._lock:
             if self._closed or (refuse and self._stopping):
                 if refuse:
@@ -312,43 +277,35 @@ class ServingCore:
         ex = self.executor
         return bool(ex.launched) or any(a.queue or a.active is not None for a in ex.apps)
 
-    def _drain(self) -> None:
+    def _drain(self, failing: ServiceError | None = None) -> None:
+        """Handle every message in the inbox: run it, or, shutting down, fail it with ``failing``."""
         while self._inbox:
-            kind, *args = self._inbox.popleft()
-            if kind == "submit":
-                self._on_submit(args[0])
-            elif kind == "cancel":
-                self._on_cancel(args[0])
-            elif kind == "unregister":
-                self._unregister(*args)
+            message = self._inbox.popleft()
+            route = self._routes[type(message)]
+            if failing is None:
+                route.run(message)
             else:
-                body, fut = args
-                if fut.set_running_or_notify_cancel():
-                    try:
-                        fut.set_result(body())
-                    except Exception as e:
-                        fut.set_exception(e)
+                route.fail(message, failing)
 
     def _finish(self, job: Job, outcome: Outcome) -> None:
         if job.finished:
             return
         job.finished = True
-        served = job.served
-        with self._lock:
-            served.pending -= 1
-        m = self.metrics.app(served.name)
-        m.active.dec()
-        if job.request.first_launch is not None:
-            served.running -= 1
-            m.running.set(served.running)
-        served.stats.outcome(outcome.status, outcome.latency, outcome.queue, outcome.compute)
-        m.outcome(outcome.status, outcome.latency, outcome.queue, outcome.compute)
+        job.served.stats.ended(
+            outcome.status,
+            started=job.request.first_launch is not None,
+            latency=outcome.latency,
+            queue=outcome.queue,
+            compute=outcome.compute,
+        )
         try:
             job.answer(outcome)
         except Exception:
-            log.exception("answering a request of %r failed", served.name)
+            log.exception("answering a request of %r failed", job.served.name)
 
-    def _on_submit(self, job: Job) -> None:
+    # ---------------------------------------------------------------- inbox (loop thread)
+    def _run_submit(self, message: Submit) -> None:
+        job = message.job
         served = job.served
         if served.closing or not any(a is served.state for a in self.executor.apps):
             self._finish(
@@ -357,7 +314,11 @@ class ServingCore:
             return
         served.state.submit(job.request)
 
-    def _on_cancel(self, job: Job) -> None:
+    def _fail_submit(self, message: Submit, error: ServiceError) -> None:
+        self._finish(message.job, Outcome("aborted", error))
+
+    def _run_cancel(self, message: Cancel) -> None:
+        job = message.job
         if job.finished:
             return
         req = job.request
@@ -368,6 +329,37 @@ class ServingCore:
         else:
             job.cancelled = True  # on the GPU: it runs to the end
 
+    def _fail_cancel(self, message: Cancel, error: ServiceError) -> None:
+        """Nothing to answer: the request it names is failed on its own."""
+
+    def _run_call(self, message: Call) -> None:
+        if message.done.set_running_or_notify_cancel():
+            try:
+                message.done.set_result(message.body())
+            except Exception as e:
+                message.done.set_exception(e)
+
+    def _fail_future(self, message: Call | Unregister, error: ServiceError) -> None:
+        settle(message.done, error=error)
+
+    def _run_unregister(self, message: Unregister) -> None:
+        name = message.name
+        try:
+            served = self._get(name)
+        except NotFound as e:
+            settle(message.done, error=e)
+            return
+        with self._lock:
+            served.closing = True
+        self.store.delete(name)
+        gone = Outcome("aborted", Aborted(f"app {name!r} was unregistered before this request ran"))
+        waiting = served.state.drain()
+        for req in waiting:
+            self._finish(req.payload, gone)
+        self._removals.append((served, message.done, len(waiting)))
+        self._complete_removals()
+
+    # ---------------------------------------------------------------- scheduler (loop thread)
     def _on_finished(self, req: Request) -> None:
         job: Job = req.payload
         name = job.served.name
@@ -396,29 +388,28 @@ class ServingCore:
         """A request whose first kernel was just launched is running (counted before the host waits)."""
         for plan in decision.plans:
             if plan.start == 0:
-                served = plan.request.payload.served
-                served.running += 1
-                self.metrics.app(served.name).running.set(served.running)
+                plan.request.payload.served.stats.started()
 
     def _after_step(self) -> None:
         ex = self.executor
         kernels = ex.manager.kernels_launched
-        if ex.squads or kernels != self._kernels_seen:
-            self.squad_stats.add(ex.squads, kernels)
-            self.metrics.squads_run(ex.squads, kernels - self._kernels_seen)
+        if ex.squads or kernels != self.stats.squads.kernels:
+            self.stats.squads.ran(ex.squads, kernels)
             ex.squads.clear()  # consumed: a long-running server must not keep every squad
-            self._kernels_seen = kernels
         now = self.backend.now()
         if now - self._sampled_at >= GPU_SAMPLE_PERIOD:
             self._sampled_at = now
-            engine = getattr(self.backend, "engine", None)
-            self.gpu_sample = GpuSample(
-                utilisation=self.backend.utilisation(),
-                sm_seconds=engine.stats.sm_seconds if engine is not None else 0.0,
-                memory_used_bytes=self.memory_used(),
-                memory_bytes=self.gpu.memory_bytes,
-                sm_count=self.gpu.sm_count,
-            )
+            self.stats.sampled(self._sample_gpu())
+
+    def _sample_gpu(self) -> GpuSample:
+        b = self.backend
+        return GpuSample(
+            utilisation=b.utilisation(),
+            sm_seconds=b.sm_seconds(),
+            memory_used_bytes=b.memory_used,
+            memory_bytes=self.gpu.memory_bytes,
+            sm_count=self.gpu.sm_count,
+        )
 
     # ---------------------------------------------------------------- admin (loop thread)
     def _get(self, name: str) -> ServedApp:
@@ -440,7 +431,7 @@ class ServingCore:
                 return Admission(False, f"GPU memory exhausted: {e}")
             per_ctx = self.backend.context_bytes(mechanism)
             budget = MemoryBudget(
-                self.gpu.memory_bytes, self.memory_used(), per_ctx, contexts_per_app(self.gpu, level, mechanism)
+                self.gpu.memory_bytes, self.backend.memory_used, per_ctx, contexts_per_app(self.gpu, level, mechanism)
             )
         return admit(AppDemand.of(state), others, budget, self.policy.squad_size, self.limits)
 
@@ -470,8 +461,7 @@ class ServingCore:
             except Exception:
                 self.executor.remove_app(state)
                 raise
-        served = ServedApp(spec, state)
-        self.metrics.app_added(spec.name, spec.quota)  # before requests can find the app
+        served = ServedApp(spec, state, self.stats.add_app(spec.name, spec.quota))
         with self._lock:
             self._apps[spec.name] = served
         log.info("registered app %r: %s, quota %.0f%%", spec.name, spec.profile, spec.quota * 100)
@@ -489,26 +479,9 @@ class ServingCore:
         served.state.set_quota(quota)
         served.state.slo = trial.slo
         served.spec = spec
-        self.metrics.app(name).quota.set(quota)
+        served.stats.set_quota(quota)
         log.info("app %r: quota %.0f%%", name, quota * 100)
         return served
-
-    def _unregister(self, name: str, fut: Future) -> None:
-        try:
-            served = self._get(name)
-        except NotFound as e:
-            fut.set_exception(e)
-            return
-        with self._lock:
-            served.closing = True
-        self.store.delete(name)
-        app = served.state
-        gone = Outcome("aborted", Aborted(f"app {name!r} was unregistered before this request ran"))
-        waiting = app.drain()
-        for req in waiting:
-            self._finish(req.payload, gone)
-        self._removals.append((served, fut, len(waiting)))
-        self._complete_removals()
 
     def _complete_removals(self) -> None:
         if not self._removals:
@@ -523,22 +496,20 @@ class ServingCore:
                     self._finish(req.payload, Outcome("aborted", Aborted(f"app {served.name!r} was unregistered")))
                 with self._lock:
                     self._apps.pop(served.name, None)
-                self.metrics.app_removed(served.name)
+                served.stats.retire()
                 log.info("unregistered app %r (%d queued requests aborted)", served.name, aborted)
-            fut.set_result(aborted)
+            settle(fut, aborted)
         self._removals = left
 
     def _inject_fault(self, name: str, kernel: int, count: int) -> None:
         served = self._get(name)
-        inject = getattr(self.backend, "inject_fault", None)
-        if inject is None:
-            raise FailedPrecondition(
-                f"fault injection needs the simulated GPU; this server runs {self.backend.describe()}"
-            )
         n = served.state.profile.n_kernels
         if not 0 <= kernel < n:
             raise InvalidArgument(f"kernel: app {name!r} has {n} kernels (0..{n - 1}), got {kernel}")
-        inject(served.state.handle, kernel, max(count, 1))
+        try:
+            self.backend.inject_fault(served.state.handle, kernel, max(count, 1))
+        except BackendError as e:
+            raise FailedPrecondition(f"cannot inject a fault into app {name!r}: {e}") from None
 
     def _shut_down(self) -> None:
         """Fail everything still here, explicitly, and refuse what comes later."""
@@ -553,14 +524,9 @@ class ServingCore:
                 self._finish(req.payload, left)
         for req in list(ex.launched):
             self._finish(req.payload, left)
-        while self._inbox:
-            kind, *args = self._inbox.popleft()
-            if kind == "submit":
-                self._finish(args[0], left)
-            elif kind in ("call", "unregister"):
-                args[-1].set_exception(error)
+        self._drain(failing=error)
         for _served, fut, aborted in self._removals:
-            fut.set_result(aborted)
+            settle(fut, aborted)
         self._removals = []
         try:
             ex.close()

@@ -23,8 +23,9 @@ import grpc
 
 import bless
 from bless.serving.api import OIP_SERVICE, oip
-from bless.serving.server.core import Job, Outcome, ServedApp, ServingCore
+from bless.serving.server.core import ServingCore
 from bless.serving.server.errors import NotFound, ServiceError
+from bless.serving.server.jobs import Job, Outcome, ServedApp
 from bless.serving.server.rpc import generic_handler
 from bless.serving.server.tensors import decode_inputs, make_outputs, requested_outputs
 
@@ -105,7 +106,7 @@ class InferenceService:
         try:
             return await self._infer(served, request, received)
         except ServiceError:
-            served.stats.response(False, time.perf_counter() - received)
+            served.stats.responded(False, time.perf_counter() - received)
             raise
 
     async def _infer(self, served: ServedApp, request: Any, received: float) -> Any:
@@ -136,7 +137,7 @@ class InferenceService:
             out.shape.extend(shape)
             response.raw_output_contents.append(data)
         done = time.perf_counter()
-        served.stats.response(True, done - received, decoded - received, done - encoding)
+        served.stats.responded(True, done - received, decoded - received, done - encoding)
         return response
 
     async def model_statistics(self, request: Any, context: Any) -> Any:
@@ -147,7 +148,7 @@ class InferenceService:
             apps = self.core.apps()
         response = oip.ModelStatisticsResponse()
         for served in apps:
-            c = served.stats.snapshot(served.state.target).cumulative
+            c = served.stats.cumulative()
             ms = response.model_stats.add(
                 name=served.name,
                 version=MODEL_VERSION,

@@ -1,169 +1,129 @@
 """Prometheus metrics of one server, on their own HTTP port.
 
-Names carry the ``bless_`` prefix, durations are in seconds, per-app series
-have an ``app`` label.  Each server has its own registry (several servers can
-run in one process, e.g. in tests).  ``bless/serving/server/README.md`` maps them to
-Triton's ``nv_inference_*`` metrics.
+A view of the server's measurements (:class:`~bless.serving.server.stats.ServerStats`),
+read at scrape time: the serving loop records each event once, in the store,
+and GetStats and ``/metrics`` both read it.  Names carry the ``bless_`` prefix,
+durations are in seconds, per-app series have an ``app`` label.  Each server
+has its own registry (several servers can run in one process, e.g. in tests).
+``bless/serving/server/README.md`` maps them to Triton's ``nv_inference_*`` metrics.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 import socket
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    make_wsgi_app,
-)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
-from bless.serving.server.stats import OUTCOMES
+from bless.serving.server.stats import OUTCOMES, AppSeries, Buckets, GpuSample, ServerStats, SquadSeries
 
-LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-SQUAD_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1)
+REQUEST_HISTOGRAMS: tuple[tuple[str, str, Callable[[AppSeries], Buckets]], ...] = (
+    (
+        "bless_request_duration_seconds",
+        "Request latency: arrival at the scheduler to the end of its last kernel (successful requests)",
+        lambda a: a.latency,
+    ),
+    ("bless_request_queue_duration_seconds", "Arrival to the start of the request's first kernel", lambda a: a.queue),
+    ("bless_request_compute_duration_seconds", "Start of the first kernel to the end of the last", lambda a: a.compute),
+)
+APP_GAUGES: tuple[tuple[str, str, Callable[[AppSeries], float]], ...] = (
+    ("bless_active_requests", "Requests queued or running", lambda a: a.pending),
+    ("bless_running_requests", "Requests with kernels launched", lambda a: a.running),
+    ("bless_app_quota_ratio", "SM quota of the app (fraction of the GPU)", lambda a: a.quota),
+)
 
 
-@dataclass(frozen=True)
-class GpuSample:
-    """The device's state as the serving loop last saw it."""
-
-    utilisation: float = math.nan
-    sm_seconds: float = 0.0
-    memory_used_bytes: int = 0
-    memory_bytes: int = 0
-    sm_count: int = 0
-
-
-class _GpuCollector(Collector):
-    """Reads the latest :class:`GpuSample` at scrape time."""
-
-    def __init__(self, sample: Callable[[], GpuSample]) -> None:
-        self._sample = sample
-
-    def collect(self) -> Iterator:
-        s = self._sample()
-        yield GaugeMetricFamily(
-            "bless_gpu_utilisation_ratio",
-            "Share of SM-time busy since the server started (simulated GPU: from the model)",
-            value=s.utilisation,
+def _histogram(
+    name: str, documentation: str, labelnames: list[str], rows: Iterable[tuple[list[str], Buckets, float]]
+) -> HistogramMetricFamily:
+    """A histogram family from ``(label values, buckets, created)`` rows, with the ``_created``
+    sample a prometheus_client Histogram exports."""
+    family = HistogramMetricFamily(name, documentation, labels=labelnames)
+    for labels, buckets, created in rows:
+        family.add_metric(
+            labels, [(floatToGoString(b), n) for b, n in zip(buckets.bounds, buckets.counts)], buckets.sum
         )
-        yield CounterMetricFamily(
-            "bless_gpu_sm_seconds", "Busy SM-seconds (rate()/sm_count is utilisation)", value=s.sm_seconds
-        )
-        yield GaugeMetricFamily(
-            "bless_gpu_memory_used_bytes", "Device memory held by apps and their contexts", value=s.memory_used_bytes
-        )
-        yield GaugeMetricFamily("bless_gpu_memory_total_bytes", "Device memory", value=s.memory_bytes)
-        yield GaugeMetricFamily("bless_gpu_sm_count", "SMs of the GPU", value=s.sm_count)
+        family.samples.append(Sample(f"{name}_created", dict(zip(labelnames, labels)), created))
+    return family
 
 
-@dataclass(frozen=True)
-class AppMetrics:
-    """One app's labelled series, resolved once (label lookups are slow on the hot path)."""
+def _app_families(apps: list[AppSeries]) -> Iterator[Metric]:
+    """Per app: request histograms and outcome counters (every app ever registered, as
+    Prometheus expects of counters) and gauges (registered apps only)."""
+    for name, documentation, buckets in REQUEST_HISTOGRAMS:
+        yield _histogram(name, documentation, ["app"], (([a.name], buckets(a), a.created) for a in apps))
+    requests = CounterMetricFamily(
+        "bless_requests",
+        "Inference requests by outcome (succeeded, failed, rejected, cancelled, aborted)",
+        labels=["app", "status"],
+    )
+    for a in apps:
+        for status in OUTCOMES:
+            requests.add_metric([a.name, status], a.requests[status], created=a.created)
+    yield requests
+    live = [a for a in apps if a.live]
+    for name, documentation, value in APP_GAUGES:
+        gauge = GaugeMetricFamily(name, documentation, labels=["app"])
+        for a in live:
+            gauge.add_metric([a.name], value(a))
+        yield gauge
 
-    requests: dict[str, Counter]
-    duration: Histogram
-    queue: Histogram
-    compute: Histogram
-    active: Gauge
-    running: Gauge
-    quota: Gauge
 
-    def outcome(self, status: str, latency: float, queue: float, compute: float) -> None:
-        self.requests[status].inc()
-        if status == "succeeded":
-            self.duration.observe(latency)
-            self.queue.observe(queue)
-            self.compute.observe(compute)
+def _squad_families(squads: SquadSeries) -> Iterator[Metric]:
+    counter = CounterMetricFamily("bless_squads", "Kernel squads launched, by configuration", labels=["config"])
+    for config, (count, created) in squads.configs.items():
+        counter.add_metric([config], count, created=created)
+    yield counter
+    yield _histogram(
+        "bless_squad_duration_seconds",
+        "Squad duration on the device: first kernel start to last kernel end",
+        [],
+        [([], squads.durations, squads.created)],
+    )
+    yield CounterMetricFamily("bless_kernels", "Kernels launched", value=squads.kernels, created=squads.created)
+
+
+def _gpu_families(s: GpuSample) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "bless_gpu_utilisation_ratio",
+        "Share of SM-time busy since the server started (simulated GPU: from the model)",
+        value=s.utilisation,
+    )
+    yield CounterMetricFamily(
+        "bless_gpu_sm_seconds", "Busy SM-seconds (rate()/sm_count is utilisation)", value=s.sm_seconds
+    )
+    yield GaugeMetricFamily(
+        "bless_gpu_memory_used_bytes", "Device memory held by apps and their contexts", value=s.memory_used_bytes
+    )
+    yield GaugeMetricFamily("bless_gpu_memory_total_bytes", "Device memory", value=s.memory_bytes)
+    yield GaugeMetricFamily("bless_gpu_sm_count", "SMs of the GPU", value=s.sm_count)
+
+
+class StatsCollector(Collector):
+    """Every metric of the server, read from the store at scrape time."""
+
+    def __init__(self, stats: ServerStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        yield from _app_families([a.series() for a in self._stats.apps()])
+        yield from _squad_families(self._stats.squads.series())
+        yield from _gpu_families(self._stats.gpu)
 
 
 class ServerMetrics:
-    """Every metric the server exports."""
+    """The metrics endpoint of one server."""
 
-    def __init__(self, gpu_sample: Callable[[], GpuSample]) -> None:
-        r = self.registry = CollectorRegistry()
-        self.request_duration = Histogram(
-            "bless_request_duration_seconds",
-            "Request latency: arrival at the scheduler to the end of its last kernel (successful requests)",
-            ["app"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.queue_duration = Histogram(
-            "bless_request_queue_duration_seconds",
-            "Arrival to the start of the request's first kernel",
-            ["app"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.compute_duration = Histogram(
-            "bless_request_compute_duration_seconds",
-            "Start of the first kernel to the end of the last",
-            ["app"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.requests = Counter(
-            "bless_requests",
-            "Inference requests by outcome (succeeded, failed, rejected, cancelled, aborted)",
-            ["app", "status"],
-            registry=r,
-        )
-        self.active = Gauge("bless_active_requests", "Requests queued or running", ["app"], registry=r)
-        self.running = Gauge("bless_running_requests", "Requests with kernels launched", ["app"], registry=r)
-        self.quota = Gauge("bless_app_quota_ratio", "SM quota of the app (fraction of the GPU)", ["app"], registry=r)
-        self.squads = Counter("bless_squads", "Kernel squads launched, by configuration", ["config"], registry=r)
-        self.squad_duration = Histogram(
-            "bless_squad_duration_seconds",
-            "Squad duration on the device: first kernel start to last kernel end",
-            buckets=SQUAD_BUCKETS,
-            registry=r,
-        )
-        self.kernels = Counter("bless_kernels", "Kernels launched", registry=r)
-        r.register(_GpuCollector(gpu_sample))
-        self._apps: dict[str, AppMetrics] = {}
-
-    def squads_run(self, squads: list[tuple[float, float, bool]], kernels: int) -> None:
-        for duration, _estimate, restricted in squads:
-            self.squads.labels("split" if restricted else "unrestricted").inc()
-            self.squad_duration.observe(duration)
-        if kernels:
-            self.kernels.inc(kernels)
-
-    def app(self, app: str) -> AppMetrics:
-        """The series of one app (created when the app is registered)."""
-        return self._apps[app]
-
-    def app_added(self, app: str, quota: float) -> None:
-        m = self._apps[app] = AppMetrics(
-            requests={status: self.requests.labels(app, status) for status in OUTCOMES},
-            duration=self.request_duration.labels(app),
-            queue=self.queue_duration.labels(app),
-            compute=self.compute_duration.labels(app),
-            active=self.active.labels(app),
-            running=self.running.labels(app),
-            quota=self.quota.labels(app),
-        )
-        m.quota.set(quota)
-        m.active.set(0)
-        m.running.set(0)
-
-    def app_removed(self, app: str) -> None:
-        """Stop exporting the app's gauges (its counters and histograms stay, as Prometheus
-        expects; late updates to the unexported gauges are harmless)."""
-        for gauge in (self.quota, self.active, self.running):
-            with contextlib.suppress(KeyError):
-                gauge.remove(app)
+    def __init__(self, stats: ServerStats) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(StatsCollector(stats))
 
     def serve(self, host: str, port: int) -> MetricsHttpServer:
         """Start the HTTP endpoint in a thread; ``.server_port`` is the bound port."""

@@ -133,10 +133,7 @@ class BlessServer:
             warm_up(cfg)
             backend = make_backend(cfg)
             policy = bless_policy(cfg)
-            metrics = ServerMetrics(lambda: self.core.gpu_sample)
-            self.core = ServingCore(
-                backend, policy, metrics=metrics, store=self._store, max_queue=cfg.max_queue, limits=cfg.admission
-            )
+            self.core = ServingCore(backend, policy, store=self._store, max_queue=cfg.max_queue, limits=cfg.admission)
             self.core.start()
             self.core.restore()
             self._loop = asyncio.new_event_loop()
@@ -145,7 +142,7 @@ class BlessServer:
             platform = f"bless_{backend.name}"
             self.grpc_port = asyncio.run_coroutine_threadsafe(self._start_grpc(platform), self._loop).result()
             if cfg.metrics_port >= 0:
-                self._httpd = metrics.serve(cfg.host, cfg.metrics_port)
+                self._httpd = ServerMetrics(self.core.stats).serve(cfg.host, cfg.metrics_port)
                 self.metrics_port = self._httpd.server_port
         except BaseException:
             self._release(grace=0.0)

@@ -1,23 +1,30 @@
-"""Per-app and per-GPU measurements behind GetStats and ModelStatistics.
+"""The server's measurements: one store behind GetStats, ModelStatistics and ``/metrics``.
 
-Two views of the same events:
+Each number has one owner here and changes by one call per event (a request
+arrived, was admitted, started, ended or was answered; squads ran; the GPU
+was sampled), so the views cannot disagree.  They read it differently:
 
-* a **window** (since start or the last ResetStats): request counts by
-  outcome and the latest latencies, for percentiles (GetStats);
-* **cumulative** Triton-style totals since start (count and nanoseconds of
-  successes, failures, queueing, input/compute/output), never reset
-  (ModelStatistics, like Triton's).
+* GetStats reads the **window** (since start or the last ResetStats): request
+  counts by outcome and the latest latencies, for percentiles, and the squads;
+* ModelStatistics reads Triton-style **cumulative** totals (count and
+  nanoseconds of successes, failures, queueing, input/compute/output), never
+  reset, like Triton's;
+* ``/metrics`` (:mod:`bless.serving.server.metrics`) reads the cumulative
+  counters, histograms and gauges when Prometheus scrapes.
 
-Written by the serving loop and the RPC handlers, read by the RPC handlers:
-every method takes the object's lock.
+Written by the serving loop and the RPC handlers, read by the RPC handlers and
+the metrics thread: every method takes its object's lock.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,9 +34,16 @@ WINDOW_SAMPLES = 200_000
 
 OUTCOMES = ("succeeded", "failed", "rejected", "cancelled", "aborted")
 
+LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Upper bounds (seconds) of the request latency, queue and compute histograms."""
+SQUAD_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1)
+"""Upper bounds (seconds) of the squad duration histogram."""
+
 
 @dataclass(frozen=True)
 class Summary:
+    """Count, mean, percentiles and maximum of a window's values (nan when it has none)."""
+
     count: int = 0
     mean: float = math.nan
     p50: float = math.nan
@@ -45,6 +59,37 @@ class Summary:
         return cls(len(values), float(values.mean()), float(p50), float(p90), float(p99), float(values.max()))
 
 
+@dataclass(frozen=True)
+class Buckets:
+    """A histogram as read at one moment: how many values were at most each bound
+    (cumulative; the last bound is +inf, so the last count is every value) and their sum."""
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]
+    sum: float
+
+    @property
+    def count(self) -> int:
+        return self.counts[-1]
+
+
+class Histogram:
+    """Values counted into fixed buckets, as a Prometheus histogram counts them (a bucket
+    holds the values at most its bound); never reset.  Not locked: its owner's lock guards it."""
+
+    def __init__(self, bounds: Iterable[float]) -> None:
+        self.bounds = (*bounds, math.inf)
+        self._counts = [0] * len(self.bounds)
+        self._sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect.bisect_left(self.bounds, value)] += 1
+        self._sum += value
+
+    def read(self) -> Buckets:
+        return Buckets(self.bounds, tuple(itertools.accumulate(self._counts)), self._sum)
+
+
 @dataclass
 class Duration:
     """Triton's StatisticDuration: a count and a total in nanoseconds."""
@@ -56,9 +101,16 @@ class Duration:
         self.count += 1
         self.ns += max(int(seconds * 1e9), 0)
 
+    @classmethod
+    def of(cls, buckets: Buckets) -> Duration:
+        """The count and total of a histogram's values."""
+        return cls(buckets.count, max(int(buckets.sum * 1e9), 0))
+
 
 @dataclass
 class Cumulative:
+    """Triton's InferStatistics of one app since it was registered (ModelStatistics)."""
+
     success: Duration = field(default_factory=Duration)
     fail: Duration = field(default_factory=Duration)
     queue: Duration = field(default_factory=Duration)
@@ -69,116 +121,321 @@ class Cumulative:
 
 
 @dataclass(frozen=True)
-class AppSnapshot:
-    counts: dict[str, int]
+class AppWindow:
+    """One app since the window started, and its requests now (GetStats)."""
+
+    quota: float
+    queued: int
+    running: int
     received: int
+    counts: dict[str, int]
     latency: Summary
     queue: Summary
     compute: Summary
     target_violation_rate: float
-    cumulative: Cumulative
+
+
+@dataclass(frozen=True)
+class AppSeries:
+    """One app's cumulative series since it was registered (``/metrics``)."""
+
+    name: str
+    created: float
+    """Unix time of the registration (Prometheus' ``_created``: a new registration restarts the counters)."""
+    live: bool
+    """Still registered: only live apps export gauges; counters and histograms stay."""
+    quota: float
+    pending: int
+    running: int
+    requests: dict[str, int]
+    latency: Buckets
+    queue: Buckets
+    compute: Buckets
 
 
 class AppStats:
-    """Everything measured for one app."""
+    """Everything measured for one registration of an app.
 
-    def __init__(self) -> None:
+    ``pending`` (queued or running) is also what the serving core's ``max_queue``
+    check reads: the core admits under its own lock, so the check and the count
+    stay one step.
+    """
+
+    def __init__(self, name: str, quota: float) -> None:
+        self.name = name
+        self.created = time.time()
         self._lock = threading.Lock()
-        self._reset()
-        self.cumulative = Cumulative()
+        self._live = True
+        self._quota = quota
+        self._pending = 0
+        self._running = 0
+        self._requests = dict.fromkeys(OUTCOMES, 0)
+        self._latency = Histogram(LATENCY_BUCKETS)
+        self._queue = Histogram(LATENCY_BUCKETS)
+        self._compute = Histogram(LATENCY_BUCKETS)
+        self._success = Duration()
+        self._fail = Duration()
+        self._compute_input = Duration()
+        self._compute_output = Duration()
+        self._last_inference_ms = 0
+        self._clear_window()
 
-    def _reset(self) -> None:
-        self.received = 0
-        self.counts = dict.fromkeys(OUTCOMES, 0)
+    def _clear_window(self) -> None:
+        self._received = 0
+        self._counts = dict.fromkeys(OUTCOMES, 0)
         self._samples: deque[tuple[float, float, float]] = deque(maxlen=WINDOW_SAMPLES)
 
-    def reset(self) -> None:
-        with self._lock:
-            self._reset()
+    @property
+    def pending(self) -> int:
+        """Requests queued or running."""
+        return self._pending
 
+    @property
+    def running(self) -> int:
+        """Requests with kernels launched."""
+        return self._running
+
+    # ------------------------------------------------------------ events
     def received_one(self) -> None:
+        """A request for this app reached the server (admitted or not)."""
         with self._lock:
-            self.received += 1
+            self._received += 1
 
-    def outcome(
-        self, status: str, latency: float = math.nan, queue: float = math.nan, compute: float = math.nan
-    ) -> None:
-        """A request ended on the scheduler side (``status`` one of :data:`OUTCOMES`)."""
+    def rejected(self) -> None:
+        """A request was refused before it queued (full queue)."""
         with self._lock:
-            self.counts[status] += 1
+            self._counts["rejected"] += 1
+            self._requests["rejected"] += 1
+
+    def admitted(self) -> None:
+        """A request queued."""
+        with self._lock:
+            self._pending += 1
+
+    def started(self) -> None:
+        """A request's first kernel was launched."""
+        with self._lock:
+            self._running += 1
+
+    def ended(
+        self,
+        status: str,
+        *,
+        started: bool,
+        latency: float = math.nan,
+        queue: float = math.nan,
+        compute: float = math.nan,
+    ) -> None:
+        """An admitted request ended on the scheduler side (``status`` one of :data:`OUTCOMES`;
+        ``started``: it had been counted as running)."""
+        with self._lock:
+            self._pending -= 1
+            self._running -= started
+            self._counts[status] += 1
+            self._requests[status] += 1
             if status == "succeeded":
                 self._samples.append((latency, queue, compute))
-                self.cumulative.queue.add(queue)
-                self.cumulative.compute_infer.add(compute)
+                self._latency.observe(latency)
+                self._queue.observe(queue)
+                self._compute.observe(compute)
 
-    def response(self, ok: bool, total: float, decode: float = 0.0, encode: float = 0.0) -> None:
+    def responded(self, ok: bool, total: float, decode: float = 0.0, encode: float = 0.0) -> None:
         """A ModelInfer RPC answered after ``total`` seconds in the server."""
         with self._lock:
-            c = self.cumulative
             if ok:
-                c.success.add(total)
-                c.compute_input.add(decode)
-                c.compute_output.add(encode)
-                c.last_inference_ms = int(time.time() * 1e3)
+                self._success.add(total)
+                self._compute_input.add(decode)
+                self._compute_output.add(encode)
+                self._last_inference_ms = int(time.time() * 1e3)
             else:
-                c.fail.add(total)
+                self._fail.add(total)
 
-    def snapshot(self, target: float) -> AppSnapshot:
+    def set_quota(self, quota: float) -> None:
+        with self._lock:
+            self._quota = quota
+
+    def retire(self) -> None:
+        """The app was unregistered: drop its window (nobody can ask for it any more) and its
+        gauges; its counters stay for Prometheus."""
+        with self._lock:
+            self._live = False
+            self._clear_window()
+
+    def reset(self) -> None:
+        """Start a new window (ResetStats); cumulative figures stay."""
+        with self._lock:
+            self._clear_window()
+
+    # ------------------------------------------------------------ views
+    def window(self, target: float) -> AppWindow:
+        """The window, with latencies over ``target`` counted as violations."""
         with self._lock:
             samples = np.array(self._samples, dtype=float).reshape(-1, 3)
-            counts = dict(self.counts)
-            received = self.received
-            c = self.cumulative
-            cumulative = Cumulative(
-                *(
-                    Duration(d.count, d.ns)
-                    for d in (c.success, c.fail, c.queue, c.compute_input, c.compute_infer, c.compute_output)
-                ),
-                c.last_inference_ms,
-            )
+            counts = dict(self._counts)
+            received, pending, running, quota = self._received, self._pending, self._running, self._quota
         lat = samples[:, 0]
         violation = float(np.mean(lat > target)) if len(lat) else math.nan
-        return AppSnapshot(
-            counts,
+        return AppWindow(
+            quota,
+            max(pending - running, 0),
+            running,
             received,
+            counts,
             Summary.of(lat),
             Summary.of(samples[:, 1]),
             Summary.of(samples[:, 2]),
             violation,
-            cumulative,
         )
+
+    def cumulative(self) -> Cumulative:
+        """Triton's totals since registration; queueing and compute are the histograms' totals."""
+        with self._lock:
+            return Cumulative(
+                Duration(self._success.count, self._success.ns),
+                Duration(self._fail.count, self._fail.ns),
+                Duration.of(self._queue.read()),
+                Duration(self._compute_input.count, self._compute_input.ns),
+                Duration.of(self._compute.read()),
+                Duration(self._compute_output.count, self._compute_output.ns),
+                self._last_inference_ms,
+            )
+
+    def series(self) -> AppSeries:
+        with self._lock:
+            return AppSeries(
+                self.name,
+                self.created,
+                self._live,
+                self._quota,
+                self._pending,
+                self._running,
+                dict(self._requests),
+                self._latency.read(),
+                self._queue.read(),
+                self._compute.read(),
+            )
+
+
+@dataclass(frozen=True)
+class SquadWindow:
+    """Squads since the window started (GetStats)."""
+
+    count: int
+    durations: Summary
+    """Of the latest :data:`WINDOW_SAMPLES` squads."""
+    restricted_share: float
+    """Share of them run as a split (restricted contexts); nan without squads."""
+    kernels: int
+    """Kernels launched since the server started (not windowed)."""
+
+
+@dataclass(frozen=True)
+class SquadSeries:
+    """Squads and kernels since the server started (``/metrics``)."""
+
+    created: float
+    configs: dict[str, tuple[int, float]]
+    """Squads by configuration (``unrestricted``, ``split``) that occurred: (count, unix time first seen)."""
+    durations: Buckets
+    kernels: int
 
 
 class SquadStats:
-    """Squads run since the last reset (durations on the device)."""
+    """Squads and kernels launched (squad durations on the device)."""
 
     def __init__(self) -> None:
+        self.created = time.time()
         self._lock = threading.Lock()
-        self.total = 0
-        self.kernels = 0
-        self._reset()
+        self._configs: dict[str, tuple[int, float]] = {}
+        self._histogram = Histogram(SQUAD_BUCKETS)
+        self._kernels = 0
+        self._clear_window()
 
-    def _reset(self) -> None:
-        self._durations: deque[float] = deque(maxlen=WINDOW_SAMPLES)
-        self._restricted = 0
+    def _clear_window(self) -> None:
         self._count = 0
+        self._restricted = 0
+        self._durations: deque[float] = deque(maxlen=WINDOW_SAMPLES)
 
-    def reset(self) -> None:
-        with self._lock:
-            self._reset()
+    @property
+    def kernels(self) -> int:
+        return self._kernels
 
-    def add(self, squads: list[tuple[float, float, bool]], kernels: int) -> None:
+    def ran(self, squads: list[tuple[float, float, bool]], kernels: int) -> None:
+        """``squads`` (duration, estimate, restricted) ended; ``kernels`` launched in all so far."""
         with self._lock:
             for duration, _estimate, restricted in squads:
+                config = "split" if restricted else "unrestricted"
+                count, first = self._configs.get(config, (0, time.time()))
+                self._configs[config] = (count + 1, first)
+                self._histogram.observe(duration)
                 self._durations.append(duration)
                 self._restricted += bool(restricted)
             self._count += len(squads)
-            self.total += len(squads)
-            self.kernels = kernels
+            self._kernels = kernels
 
-    def summary(self) -> tuple[int, Summary, float]:
-        """(squads in the window, their durations, share run as a split)."""
+    def reset(self) -> None:
+        with self._lock:
+            self._clear_window()
+
+    def window(self) -> SquadWindow:
         with self._lock:
             durations = np.array(self._durations, dtype=float)
-            share = self._restricted / self._count if self._count else math.nan
-            return self._count, Summary.of(durations), share
+            count, restricted, kernels = self._count, self._restricted, self._kernels
+        share = restricted / count if count else math.nan
+        return SquadWindow(count, Summary.of(durations), share, kernels)
+
+    def series(self) -> SquadSeries:
+        with self._lock:
+            return SquadSeries(self.created, dict(self._configs), self._histogram.read(), self._kernels)
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """The device's state as the serving loop last saw it (statistics the backend cannot
+    measure are nan)."""
+
+    utilisation: float
+    sm_seconds: float
+    memory_used_bytes: int
+    memory_bytes: int
+    sm_count: int
+
+
+class ServerStats:
+    """The store: an :class:`AppStats` per app name, the squads, the latest GPU sample.
+
+    An app's record outlives its registration (retired), so its counters and
+    histograms stay exported as Prometheus expects of counters; registering the
+    name again starts a new record, which Prometheus sees as a counter reset.
+    """
+
+    def __init__(self, gpu: GpuSample) -> None:
+        self.started = time.monotonic()
+        self.window_start = self.started
+        self.squads = SquadStats()
+        self.gpu = gpu
+        """Replaced whole by the serving loop (:meth:`sampled`), read whole by the views."""
+        self._lock = threading.Lock()
+        self._apps: dict[str, AppStats] = {}
+
+    def add_app(self, name: str, quota: float) -> AppStats:
+        """A new registration of ``name``: a fresh record, replacing a retired one."""
+        stats = AppStats(name, quota)
+        with self._lock:
+            self._apps[name] = stats
+        return stats
+
+    def apps(self) -> list[AppStats]:
+        """Every app's latest record, retired ones included, in first-registration order."""
+        with self._lock:
+            return list(self._apps.values())
+
+    def sampled(self, gpu: GpuSample) -> None:
+        self.gpu = gpu
+
+    def reset(self) -> None:
+        """Start a new window for every app and the squads (ResetStats)."""
+        for app in self.apps():
+            app.reset()
+        self.squads.reset()
+        self.window_start = time.monotonic()
