@@ -7,7 +7,8 @@ import statistics
 import pytest
 
 from bless.backend.interface import HostCosts
-from bless.hw.costs import InterferenceModel, gpu_constants
+from bless.hw.costs import gpu_constants
+from bless.hw.interference import InterferenceModel
 from bless.profiles.synthetic import synthetic_profile
 from bless.shared_data import shared_data_dir
 from bless.sim import corun

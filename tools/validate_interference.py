@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bless.hw.costs import InterferenceModel
+from bless.hw.interference import InterferenceModel
 from bless.sim import corun
 from bless.sim.corun import Exclusion, PairData, PairRow, RowResult
 

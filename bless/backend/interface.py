@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from bless.backend.trace_events import Placement
 from bless.hw.costs import gpu_constants
@@ -68,6 +69,18 @@ class AppHandle:
 
 class BackendError(RuntimeError):
     """The backend cannot do what was asked (no GPU, out of memory, ...)."""
+
+
+class Launched(Protocol):
+    """What a backend's launch object tells the executor once the kernel has finished."""
+
+    tag: Any
+    """What the caller attached at launch (the executor: the request)."""
+    start: float | None
+    end: float | None
+    """Host-clock seconds; None until the backend has resolved them."""
+    error: str | None
+    """Why the kernel failed, or None.  The request it belongs to ends failed."""
 
 
 class Backend(ABC):
@@ -134,7 +147,7 @@ class Backend(ABC):
         tag: Any = None,
         notify: bool = False,
         timed: bool = False,
-    ) -> Any:
+    ) -> Launched:
         """Launch kernel number ``kernel`` of ``app`` on ``stream`` (asynchronous)."""
 
     @abstractmethod
@@ -142,16 +155,12 @@ class Backend(ABC):
         """Block until every launched kernel has finished."""
 
     @abstractmethod
-    def wait(self, deadline: float = math.inf) -> list[Any]:
+    def wait(self, deadline: float = math.inf) -> Sequence[Launched]:
         """Block until a ``notify`` launch finishes or ``deadline``; return the finished ones."""
 
     @abstractmethod
     def now(self) -> float:
         """The host clock in seconds."""
-
-    def sleep_until(self, t: float) -> None:
-        """Let the host idle until ``t`` (device work keeps running)."""
-        self.wait(t)
 
     def charge_host(self, seconds: float) -> None:
         """The host computed for ``seconds`` (a policy's decision).  Real time

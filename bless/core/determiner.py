@@ -48,7 +48,7 @@ What prices what, and why:
   when each remainder can start.  The walk's error per configuration is in
   ``experiments/README.md`` (Estimators and overhead).
 * **Interference**, in the walk: co-running kernels stretch by the calibrated
-  DRAM interference the simulator applies (:class:`bless.hw.costs.InterferenceModel`),
+  DRAM interference the simulator applies (:class:`bless.hw.interference.InterferenceModel`),
   ``(1 + min(u, 1) * max(U - 1, 0)) * (1 + c * (U - u))`` with ``u`` a kernel's DRAM demand at its current
   speed (the profile's ``dram_util`` times its full-GPU time, over its time
   now), ``U`` the sum over the running kernels and ``c`` from
@@ -86,8 +86,8 @@ import numpy as np
 
 from bless.backend.interface import HostCosts
 from bless.core.scheduler import Squad
-from bless.hw.costs import InterferenceModel
 from bless.hw.gpus import N_LEVELS, GpuSpec
+from bless.hw.interference import InterferenceModel
 from bless.profiles import features
 from bless.profiles.format import Profile
 

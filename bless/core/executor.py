@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bless.backend.interface import Backend
+from bless.backend.interface import Backend, BackendError
 from bless.backend.trace_events import TraceRecorder
 from bless.core.lifecycle import AppState, Request
 from bless.core.manager import KernelManager
@@ -128,9 +128,14 @@ class Executor:
             req = run.tag
             if req.done:
                 continue
-            req.app.finish(req, run.end, getattr(run, "error", None))
+            end = run.end
+            if end is None:
+                raise BackendError(
+                    f"{backend.describe()} reported a kernel of request {req.rid} finished with no end time"
+                )
+            req.app.finish(req, end, run.error)
             self.launched.discard(req)
-            self.policy.on_complete(req, run.end)
+            self.policy.on_complete(req, end)
             done.append(req)
         return StepResult(done, launched, wake_at)
 

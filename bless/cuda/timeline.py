@@ -141,6 +141,7 @@ class CudaLaunch:
         "anchor",
         "end",
         "end_event",
+        "error",
         "issue",
         "kernel",
         "notify",
@@ -175,6 +176,8 @@ class CudaLaunch:
         self.notify = notify
         self.start: float | None = None
         self.end: float | None = None
+        self.error: str | None = None
+        """Always None: a CUDA fault poisons the whole context, and the backend raises it as a BackendError."""
         self.seq = seq
 
     @property

@@ -211,19 +211,3 @@ def _entry(where: str, entry: Any) -> Sourced:
         source=entry.get("source"),
         assumption=entry.get("assumption"),
     )
-
-
-@dataclass(frozen=True)
-class InterferenceModel:
-    """Coefficients of the co-location interference term: a running kernel stretches by
-    ``1 + bandwidth x`` the DRAM bandwidth the other running kernels demand (its form, and
-    the saturation term beside it, in ``bless/sim/engine.py``).  The simulated GPU applies it;
-    the determiner and BLESS's deadline pacing price with it."""
-
-    bandwidth: float = 0.0
-    """Stretch per unit of the DRAM bandwidth (fraction of peak) the other running kernels demand."""
-
-    @classmethod
-    def for_gpu(cls, gpu: str) -> InterferenceModel:
-        """The fitted constants of GPU model ``gpu`` (``bless/hw/<gpu>.toml``, with their source)."""
-        return gpu_constants(gpu).build("interference", cls)

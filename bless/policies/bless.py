@@ -30,8 +30,8 @@ from bless.core.scheduler import (
     build_deadline_squad,
     build_squad,
 )
-from bless.hw.costs import InterferenceModel
 from bless.hw.gpus import N_LEVELS, GpuSpec
+from bless.hw.interference import InterferenceModel
 
 DECIDE_PER_KERNEL = {"paper": 1e-6, "none": 1e-6, "deadline": 3e-6}
 """Host time per scheduled kernel, per pacing rule: squad building and configuration

@@ -19,8 +19,8 @@ from typing import Any
 
 from bless.backend.interface import AppHandle, Backend, BackendError, HostCosts
 from bless.backend.trace_events import Placement
-from bless.hw.costs import InterferenceModel
 from bless.hw.gpus import GpuSpec, get_gpu
+from bless.hw.interference import InterferenceModel
 from bless.profiles.format import Profile
 from bless.sim.engine import Context, Engine, KernelRun, Stream
 from bless.sim.kernels import SimApp

@@ -40,8 +40,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bless.hw.costs import InterferenceModel
 from bless.hw.gpus import A100
+from bless.hw.interference import InterferenceModel
 from bless.profiles.format import Profile
 from bless.profiles.groundtruth.mps import mps_sms
 from bless.sim.engine import Engine, KernelRun

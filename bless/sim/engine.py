@@ -54,7 +54,7 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from bless.hw.costs import InterferenceModel
+from bless.hw.interference import InterferenceModel
 from bless.sim.kernels import SimKernel
 
 _EPS = 1e-12

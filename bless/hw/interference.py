@@ -1,0 +1,29 @@
+"""The co-location interference model's constants: how much a kernel slows when others pull on DRAM.
+
+The simulated GPU applies the model (its form, with the saturation term beside
+it, is in :mod:`bless.sim.engine`); the determiner and BLESS's deadline pacing
+price squads with the same constants, so they live here, with the hardware,
+where neither has to import the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bless.hw.costs import gpu_constants
+
+
+@dataclass(frozen=True)
+class InterferenceModel:
+    """Coefficients of the co-location interference term: a running kernel stretches by
+    ``1 + bandwidth x`` the DRAM bandwidth the other running kernels demand (its form, and
+    the saturation term beside it, in ``bless/sim/engine.py``).  The simulated GPU applies it;
+    the determiner and BLESS's deadline pacing price with it."""
+
+    bandwidth: float = 0.0
+    """Stretch per unit of the DRAM bandwidth (fraction of peak) the other running kernels demand."""
+
+    @classmethod
+    def for_gpu(cls, gpu: str) -> InterferenceModel:
+        """The fitted constants of GPU model ``gpu`` (``bless/hw/<gpu>.toml``, with their source)."""
+        return gpu_constants(gpu).build("interference", cls)
