@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bless.cli import make_console
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run apps with quotas and loads under a policy; print and save the results")
@@ -52,7 +54,6 @@ def apply_override(raw: dict, assignment: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import yaml
-    from rich.console import Console
     from rich.progress import Progress
 
     from bless.harness.config import ConfigError, config_from_dict
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     for assignment in args.set:
         apply_override(raw, assignment)
     cfg = config_from_dict(raw)
-    console = Console()
+    console = make_console()
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"{cfg.name}: {cfg.policy}", total=1.0)
         result = run_config(cfg, progress=lambda f: bar.update(task, completed=f), trace=args.trace is not None)
