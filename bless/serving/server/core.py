@@ -386,7 +386,7 @@ class ServingCore:
 
     def _on_launch(self, decision) -> None:
         """A request whose first kernel was just launched is running (counted before the host waits)."""
-        for plan in decision.plans:
+        for plan in decision.launches:
             if plan.start == 0:
                 plan.request.payload.served.stats.started()
 
