@@ -43,7 +43,7 @@ from bless.harness.config import ConfigError, read_yaml
 from bless.hw.gpus import get_gpu
 from bless.policies.bless import PACING, WINDOW, parse_split_ratio
 from bless.serving.server.admission import AdmissionLimits
-from bless.serving.server.security import exposure_problem, private_file_problem
+from bless.serving.server.exposure import exposure_problem, private_file_problem
 
 PATH_KEYS = ("state_dir", "admin_token_file", "tls_cert", "tls_key", "tls_client_ca")
 """Keys holding paths (``~`` expanded)."""

@@ -9,25 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import logging
 import os
 import secrets
-import socket
 import ssl
-import stat
 import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import grpc
 
+from bless.serving.server.config import ServerConfig
 from bless.serving.server.errors import StartupError, Unauthenticated
-
-if TYPE_CHECKING:
-    from bless.serving.server.config import ServerConfig
+from bless.serving.server.exposure import private_file_problem
 
 log = logging.getLogger("bless.serving.server")
 
@@ -51,14 +46,6 @@ refused at once, without their token being checked, so a flood of parallel guess
 neither piles up sleeping handlers nor gets checked any faster."""
 AUTH_MAX_PEERS = 4096
 """Peer addresses remembered at once; beyond it the least slowed are forgotten first."""
-
-
-def private_file_problem(path: Path) -> str | None:
-    """Why ``path`` is not private to its owner (group or others may read or write it), else None."""
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        return f"{path} is accessible to group or others (mode {mode:04o}); make it private: chmod 600 {path}"
-    return None
 
 
 def read_token_file(path: Path) -> str:
@@ -98,31 +85,7 @@ def resolve_admin_token(cfg: ServerConfig) -> tuple[str, str]:
     return token, f"the file {path} (generated)"
 
 
-# ---------------------------------------------------------------------------- binding and TLS
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only (127.0.0.0/8, ::1, or a name resolving only there)."""
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
-
-
-def exposure_problem(host: str, tls: bool, insecure: bool) -> str | None:
-    """Why serving on ``host`` as configured would send secrets in clear text, else None."""
-    if tls or insecure or is_loopback(host):
-        return None
-    return (
-        f"host: {host} is reachable from other machines and TLS is off, so the admin token and inference data "
-        f"would cross the network in clear text; give --tls-cert and --tls-key (tls_cert, tls_key), "
-        f"or --insecure (insecure: true) if a TLS proxy or a trusted network protects the port"
-    )
-
-
+# ---------------------------------------------------------------------------- TLS
 def _read(path: Path, key: str) -> bytes:
     try:
         return path.read_bytes()
