@@ -98,6 +98,8 @@ class BlessServer:
         self.metrics_port: int | None = None
         self.token = ""
         self.token_source = ""
+        self.auth: AuthGuard | None = None
+        """Checks admin tokens; one per server, so every front end counts a peer's guesses together."""
         self.core: ServingCore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
@@ -116,6 +118,7 @@ class BlessServer:
         try:
             self._store = StateStore(cfg.state_dir)
             self.token, self.token_source = resolve_admin_token(cfg)
+            self.auth = AuthGuard(self.token)
             ssl_context = http_ssl_context(cfg)
             warm_up(cfg)
             backend = make_backend(cfg)
@@ -162,7 +165,7 @@ class BlessServer:
         server.add_generic_rpc_handlers(
             (
                 InferenceService(self.core, platform).handler(),
-                AdminService(self.core, AuthGuard(self.token)).handler(),
+                AdminService(self.core, self.auth).handler(),
             )
         )
         where = _address(self.config.host, self.config.grpc_port)
