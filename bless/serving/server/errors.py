@@ -1,4 +1,5 @@
-"""Errors the services answer with: each maps to one gRPC status code."""
+"""Errors the services answer with (each maps to one gRPC status code), and the one the
+server refuses to start with."""
 
 from __future__ import annotations
 
@@ -49,3 +50,8 @@ class KernelFault(ServiceError):
     """A kernel of the request faulted on the GPU (only this request failed)."""
 
     code = grpc.StatusCode.INTERNAL
+
+
+class StartupError(Exception):
+    """The server cannot start as configured (state directory taken, port in use, a
+    secret file others can read); one line that says why and which setting to change."""

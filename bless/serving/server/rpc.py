@@ -1,7 +1,9 @@
 """Serving a proto service from plain async functions through gRPC's generic handlers.
 
 The message classes come from :mod:`bless.serving.api`'s private descriptor pool, so
-no generated servicer code is involved (see that module for why).
+no generated servicer code is involved (see that module for why).  Requests are
+decoded here rather than by grpc, which would answer a malformed message UNKNOWN and
+log a traceback: here it is INVALID_ARGUMENT and one log line at most.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from bless.serving.api import methods
 from bless.serving.server.errors import ServiceError
@@ -21,11 +24,17 @@ log = logging.getLogger("bless.serving.server")
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
-def _guarded(name: str, fn: Handler) -> Handler:
-    """Answer a :class:`ServiceError` with its status code; anything else is INTERNAL and logged."""
+def _guarded(name: str, fn: Handler, request_type: type) -> Handler:
+    """Decode the request (malformed: INVALID_ARGUMENT), then answer a :class:`ServiceError`
+    with its status code; anything else is INTERNAL and logged."""
 
     @functools.wraps(fn)
-    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def call(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            request = request_type.FromString(raw)
+        except DecodeError as e:
+            log.info("%s: malformed request from %s: %s", name, context.peer(), e)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: malformed request: {e}")
         try:
             return await fn(request, context)
         except ServiceError as e:
@@ -49,8 +58,8 @@ def generic_handler(service: str, implementations: dict[str, Handler]) -> grpc.G
         service,
         {
             name: grpc.unary_unary_rpc_method_handler(
-                _guarded(f"{service}/{name}", implementations[name]),
-                request_deserializer=spec.request.FromString,
+                _guarded(f"{service}/{name}", implementations[name], spec.request),
+                request_deserializer=None,  # bytes: decoded by _guarded
                 response_serializer=spec.response.SerializeToString,
             )
             for name, spec in specs.items()
