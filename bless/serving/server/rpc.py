@@ -29,7 +29,7 @@ def _guarded(name: str, fn: Handler) -> Handler:
         try:
             return await fn(request, context)
         except ServiceError as e:
-            await context.abort(e.code, str(e))
+            await context.abort(e.code, str(e), retry_pushback(e))
         except grpc.aio.AbortError:
             raise
         except Exception as e:
@@ -37,6 +37,24 @@ def _guarded(name: str, fn: Handler) -> Handler:
             await context.abort(grpc.StatusCode.INTERNAL, f"{name} failed in the server: {e!r}")
 
     return call
+
+
+RETRY_PUSHBACK = "grpc-retry-pushback-ms"
+"""Trailing metadata by which a server tells a client when to retry (gRFC A6, honoured by
+gRPC's retry policy; other clients read it as a hint)."""
+
+
+def retry_pushback(error: ServiceError) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata of an error: the retry pushback when the error names one."""
+    if error.retry_after is None:
+        return ()
+    return ((RETRY_PUSHBACK, str(max(round(error.retry_after * 1e3), 0))),)
+
+
+def _serialize(message: Any) -> bytes:
+    """Serialise a response, or pass bytes through: a handler may return its response
+    already serialised (ModelInfer builds large ones off the event loop)."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
 
 
 def generic_handler(service: str, implementations: dict[str, Handler]) -> grpc.GenericRpcHandler:
@@ -51,7 +69,7 @@ def generic_handler(service: str, implementations: dict[str, Handler]) -> grpc.G
             name: grpc.unary_unary_rpc_method_handler(
                 _guarded(f"{service}/{name}", implementations[name]),
                 request_deserializer=spec.request.FromString,
-                response_serializer=spec.response.SerializeToString,
+                response_serializer=_serialize,
             )
             for name, spec in specs.items()
         },
