@@ -30,7 +30,7 @@ from bless.serving.server.tensors import (
     TensorSpec,
     check_request_sizes,
     decode_inputs,
-    make_outputs,
+    output_chunks,
     requested_outputs,
 )
 
@@ -65,16 +65,17 @@ def encode_response(
 ) -> bytes:
     """A serialised ModelInferResponse.  The output bytes are appended in the wire format
     rather than set on the message, which would copy them twice more (into the message,
-    then into its serialisation), holding the GIL against the event loop."""
+    then into its serialisation), holding the GIL against the event loop: they are
+    copied once, by the final join."""
     response = oip.ModelInferResponse(model_name=served.name, model_version=MODEL_VERSION, id=request_id)
     response.parameters["bless_queue_seconds"].double_param = outcome.queue
     response.parameters["bless_compute_seconds"].double_param = outcome.compute
     response.parameters["bless_latency_seconds"].double_param = outcome.latency
     response.parameters["bless_sync_wait_seconds"].double_param = outcome.sync_wait
     raw: list[bytes] = []
-    for spec, shape, data in make_outputs(served.name, inputs, shapes, wanted):
+    for spec, shape, chunks in output_chunks(served.name, inputs, shapes, wanted):
         response.outputs.add(name=spec.name, datatype=spec.datatype, shape=shape)
-        raw += (RAW_OUTPUT_TAG, _varint(len(data)), data)
+        raw += (RAW_OUTPUT_TAG, _varint(sum(map(len, chunks))), *chunks)
     return b"".join([response.SerializeToString(), *raw])
 
 

@@ -8,7 +8,8 @@ a matching shape and exactly the bytes the shape needs, either as
 
 On the simulated GPU outputs are a deterministic function of the inputs: a
 BLAKE2 digest of the app name and every input's bytes seeds the values, so the
-same request always gets the same answer.  A -1 in an output shape takes the
+same request always gets the same answer; values repeat every
+:data:`OUTPUT_BLOCK` elements.  A -1 in an output shape takes the
 size of the same dimension of the first input (1 if it has none).
 
 Sizes are bounded: a -1 in the first dimension of the first input is the
@@ -73,6 +74,10 @@ RESPONSE_OVERHEAD_BYTES = 64 * 2**10
 """Room left in a message for everything but the output bytes: names, shapes,
 parameters and framing take tens of bytes per output, so 64 KiB holds far more
 outputs than an app declares."""
+OUTPUT_BLOCK = 2**16
+"""Simulated outputs repeat a block of this many random values: drawing a value costs
+~10 ns, repeating bytes ~0.1 ns, and drawing every value of a tens-of-MB output held
+the GIL, against every other request, for tens of ms."""
 BYTES_TAG = 12
 """Hex characters of the digest each simulated BYTES element starts with."""
 
@@ -300,10 +305,30 @@ def check_request_sizes(
     return total
 
 
+def _random_values(rng: np.random.Generator, datatype: str, n: int) -> bytes:
+    dtype = NUMPY_TYPES[datatype]
+    if datatype == "BOOL":
+        return (rng.random(n, dtype=np.float32) < 0.5).tobytes()
+    if datatype in ("FP32", "FP64"):
+        return rng.random(n, dtype=dtype).tobytes()
+    if datatype == "FP16":
+        return rng.random(n, dtype=np.float32).astype(dtype).tobytes()
+    return rng.integers(0, 100, n).astype(dtype).tobytes()  # integers and BF16 bits
+
+
 def make_outputs(
     app: str, inputs: Sequence[bytes], input_shapes: Sequence[Sequence[int]], wanted: Sequence[TensorSpec]
 ) -> list[tuple[TensorSpec, tuple[int, ...], bytes]]:
     """Deterministic outputs: (spec, shape, raw bytes) for each wanted output."""
+    return [(spec, shape, b"".join(chunks)) for spec, shape, chunks in output_chunks(app, inputs, input_shapes, wanted)]
+
+
+def output_chunks(
+    app: str, inputs: Sequence[bytes], input_shapes: Sequence[Sequence[int]], wanted: Sequence[TensorSpec]
+) -> list[tuple[TensorSpec, tuple[int, ...], list[bytes]]]:
+    """:func:`make_outputs` with each output's bytes as the pieces that, joined, are its
+    contents (a repeated block is the same object many times): a response built from them
+    copies the bytes once."""
     h = hashlib.blake2b(app.encode(), digest_size=16)
     for data in inputs:
         h.update(len(data).to_bytes(8, "little"))
@@ -316,17 +341,12 @@ def make_outputs(
         rng = np.random.default_rng(seed)
         shape = output_shape(spec, first)
         n = _size(shape)
-        dtype = NUMPY_TYPES.get(spec.datatype)
         if spec.datatype == "BYTES":
             tag = digest[: BYTES_TAG // 2].hex().encode()
-            data = b"".join(struct.pack("<I", len(v)) + v for v in (tag + b":%d" % i for i in range(n)))
-        elif spec.datatype == "BOOL":
-            data = (rng.random(n, dtype=np.float32) < 0.5).tobytes()
-        elif spec.datatype in ("FP32", "FP64"):  # drawn in their own precision: no conversion pass
-            data = rng.random(n, dtype=dtype).tobytes()
-        elif spec.datatype == "FP16":
-            data = rng.random(n, dtype=np.float32).astype(dtype).tobytes()
-        else:  # integers and BF16 bits
-            data = rng.integers(0, 100, n, dtype=np.dtype(dtype).newbyteorder("=")).astype(dtype, copy=False).tobytes()
-        result.append((spec, shape, data))
+            chunks = [b"".join(struct.pack("<I", len(v)) + v for v in (tag + b":%d" % i for i in range(n)))]
+        else:
+            block = _random_values(rng, spec.datatype, min(n, OUTPUT_BLOCK))
+            whole, rest = divmod(n, OUTPUT_BLOCK)
+            chunks = [block] * whole + [block[: rest * _element_bytes(spec.datatype)]] if whole else [block]
+        result.append((spec, shape, chunks))
     return result
