@@ -284,9 +284,7 @@ def test_metrics_endpoint(server, admin):
 def scrape(server) -> dict[tuple[str, frozenset], float]:
     """The samples of the metrics endpoint, by name and labels (see :func:`key`)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
-    return {
-        key(s.name, **s.labels): s.value for family in text_string_to_metric_families(text) for s in family.samples
-    }
+    return {key(s.name, **s.labels): s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def key(name: str, **labels: str) -> tuple[str, frozenset]:
