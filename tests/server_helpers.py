@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from bless.serving.client import BlessClient
 from bless.serving.client.client import infer_request, sample_inputs
 from bless.serving.server import BlessServer, ServerConfig
 
+PROFILED_BATCH = 8
+"""The batch the test profiles say they were measured at: the most a request may send."""
 PROFILES = {
     # name: (kernels, mean kernel us, seed)
     "quick": (30, 40.0, 1),
@@ -24,7 +27,8 @@ PROFILES = {
 
 def write_profiles(root: Path) -> Path:
     for name, (kernels, mean_us, seed) in PROFILES.items():
-        synthetic_profile(name, n_kernels=kernels, mean_us=mean_us, seed=seed).save(root / "a100" / f"{name}.json")
+        profile = synthetic_profile(name, n_kernels=kernels, mean_us=mean_us, seed=seed)
+        dataclasses.replace(profile, batch=PROFILED_BATCH).save(root / "a100" / f"{name}.json")
     return root
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 import tritonclient.grpc.service_pb2 as triton_pb2
+from prometheus_client.parser import text_string_to_metric_families
 from server_helpers import admin, make_server, profile_dir, server  # noqa: F401  (fixtures)
 
 from bless.serving.api import oip
@@ -263,11 +264,11 @@ def test_metrics_endpoint(server, admin):
         admin.infer("a")
     text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
     for line in (
-        'bless_requests_total{app="a",status="succeeded"} 3.0',
-        'bless_request_duration_seconds_count{app="a"} 3.0',
-        'bless_request_queue_duration_seconds_count{app="a"} 3.0',
-        'bless_app_quota_ratio{app="a"} 0.5',
-        'bless_active_requests{app="a"} 0.0',
+        'bless_requests_total{model="a",reason="ok",status="succeeded",version="1"} 3.0',
+        'bless_request_duration_seconds_count{model="a",version="1"} 3.0',
+        'bless_request_queue_duration_seconds_count{model="a",version="1"} 3.0',
+        'bless_app_quota_ratio{model="a",version="1"} 0.5',
+        'bless_active_requests{model="a",version="1"} 0.0',
     ):
         assert line in text, line
     for name in (
@@ -280,10 +281,14 @@ def test_metrics_endpoint(server, admin):
         assert name in text, name
 
 
-def scrape(server) -> dict[str, float]:
-    """The samples of the metrics endpoint, by name and labels."""
+def scrape(server) -> dict[tuple[str, frozenset], float]:
+    """The samples of the metrics endpoint, by name and labels (see :func:`key`)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
-    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))}
+    return {key(s.name, **s.labels): s.value for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def key(name: str, **labels: str) -> tuple[str, frozenset]:
+    return name, frozenset(labels.items())
 
 
 def test_get_stats_and_metrics_report_the_same_numbers(server, admin):
@@ -294,24 +299,19 @@ def test_get_stats_and_metrics_report_the_same_numbers(server, admin):
     admin.infer("b")
     stats, metrics = admin.stats(), scrape(server)
     for app in stats.apps:
-        label = f'app="{app.name}"'
-        assert metrics[f'bless_requests_total{{{label},status="succeeded"}}'] == app.succeeded
-        assert metrics[f"bless_request_duration_seconds_count{{{label}}}"] == app.latency.count
-        assert metrics[f"bless_request_duration_seconds_sum{{{label}}}"] == pytest.approx(
-            app.latency.mean_seconds * app.latency.count
-        )
-        assert metrics[f'bless_request_duration_seconds_bucket{{{label},le="+Inf"}}'] == app.latency.count
-        assert metrics[f"bless_app_quota_ratio{{{label}}}"] == pytest.approx(app.quota)
-    assert metrics["bless_kernels_total"] == stats.gpu.kernels > 0
+        model = dict(model=app.name, version="1")
+        assert metrics[key("bless_requests_total", **model, status="succeeded", reason="ok")] == app.succeeded
+        latency = "bless_request_scheduler_latency_seconds"
+        assert metrics[key(f"{latency}_count", **model)] == app.latency.count
+        assert metrics[key(f"{latency}_sum", **model)] == pytest.approx(app.latency.mean_seconds * app.latency.count)
+        assert metrics[key(f"{latency}_bucket", **model, le="+Inf")] == app.latency.count
+        assert metrics[key("bless_request_duration_seconds_count", **model)] == app.succeeded
+        assert metrics[key("bless_app_quota_ratio", **model)] == pytest.approx(app.quota)
+    assert metrics[key("bless_kernels_total")] == stats.gpu.kernels > 0
 
     admin.reset_stats()  # the GetStats window restarts; Prometheus counters never do
     assert admin.stats("a").apps[0].succeeded == 0
-    assert scrape(server)['bless_requests_total{app="a",status="succeeded"}'] == 3
-
-    admin.unregister("b")  # its counters stay exported, its gauges go
-    metrics = scrape(server)
-    assert metrics['bless_requests_total{app="b",status="succeeded"}'] == 1
-    assert 'bless_active_requests{app="b"}' not in metrics and 'bless_active_requests{app="a"}' in metrics
+    assert scrape(server)[key("bless_requests_total", model="a", version="1", status="succeeded", reason="ok")] == 3
 
 
 def test_cli_client_against_a_server(server, capsys):

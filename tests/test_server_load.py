@@ -69,8 +69,9 @@ def test_two_apps_at_50_50_workload_b_agree_with_bless_run(serve):
     assert all(s.status == "OK" for s in result.samples)
     for app, mean in expected.items():
         served = stats[app].latency.mean_seconds
-        total = float(re.search(rf'bless_request_duration_seconds_sum{{app="{app}"}} (\S+)', metrics).group(1))
-        count = float(re.search(rf'bless_request_duration_seconds_count{{app="{app}"}} (\S+)', metrics).group(1))
+        labels = f'{{model="{app}",version="1"}}'
+        total = float(re.search(rf"bless_request_scheduler_latency_seconds_sum{labels} (\S+)", metrics).group(1))
+        count = float(re.search(rf"bless_request_scheduler_latency_seconds_count{labels} (\S+)", metrics).group(1))
         print(
             f"\n{app}: bless run {mean * 1e3:.2f} ms, server GetStats {served * 1e3:.2f} ms, "
             f"metrics {total / count * 1e3:.2f} ms over {stats[app].succeeded} requests"

@@ -22,6 +22,7 @@ Example (every key optional)::
     insecure: false          # allow a non-loopback host without TLS (behind a TLS proxy)
     max_queue: 1024          # requests one app may have queued or running
     shutdown_grace: 10       # seconds to finish admitted requests on SIGTERM
+    max_message_bytes: 67108864  # largest gRPC message in or out (64 MiB); bounds declared outputs
     noise: 0.0               # simulated kernel-time noise (lognormal sigma)
     seed: 0
     admission:
@@ -47,6 +48,13 @@ from bless.serving.server.exposure import exposure_problem, private_file_problem
 
 PATH_KEYS = ("state_dir", "admin_token_file", "tls_cert", "tls_key", "tls_client_ca")
 """Keys holding paths (``~`` expanded)."""
+
+MAX_MESSAGE_BYTES = 64 * 2**20
+"""Default largest gRPC message the server receives or sends (gRPC's own default receive
+limit is 4 MiB, too small for batched image inputs); every app's outputs at its
+profiled batch must fit in one."""
+MIN_MESSAGE_BYTES = 2**20
+"""The smallest ``max_message_bytes`` allowed: room for a response's metadata and some outputs."""
 
 
 def default_state_dir() -> Path:
@@ -77,6 +85,7 @@ class ServerConfig:
     insecure: bool = False
     max_queue: int = 1024
     shutdown_grace: float = 10.0
+    max_message_bytes: int = MAX_MESSAGE_BYTES
     noise: float = 0.0
     seed: int = 0
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
@@ -112,6 +121,9 @@ class ServerConfig:
             raise bad("max_queue", "an integer >= 1", self.max_queue)
         if not isinstance(self.shutdown_grace, (int, float)) or self.shutdown_grace < 0:
             raise bad("shutdown_grace", "seconds >= 0", self.shutdown_grace)
+        m = self.max_message_bytes
+        if isinstance(m, bool) or not isinstance(m, int) or not MIN_MESSAGE_BYTES <= m < 2**31:
+            raise bad("max_message_bytes", f"bytes from {MIN_MESSAGE_BYTES} to 2**31 - 1 (gRPC's limit)", m)
         if not isinstance(self.noise, (int, float)) or not 0 <= self.noise <= 1:
             raise bad("noise", "a number in [0, 1]", self.noise)
         if self.admin_token is not None and (not isinstance(self.admin_token, str) or len(self.admin_token) < 8):

@@ -23,20 +23,22 @@ Faults and endings, each answered explicitly:
 
 * a full per-app queue (``max_queue`` requests queued or running) refuses new
   requests (RESOURCE_EXHAUSTED);
-* a cancelled request that has not started is removed from its queue; one
-  already on the GPU runs to the end (kernels cannot be recalled) and is
-  counted as cancelled;
+* a cancelled request, or one whose client's deadline passed, is removed from
+  its queue before it runs; one already on the GPU runs to the end (kernels
+  cannot be recalled) and is counted as cancelled, as is one that ends after
+  its deadline;
 * unregistering an app fails its queued requests (ABORTED) at once, lets a
   request already on the GPU finish, then removes the app;
 * a faulting kernel fails its own request only (INTERNAL);
 * on shutdown the loop keeps serving what it has for ``grace`` seconds,
-  then fails whatever is left (UNAVAILABLE).
+  then fails whatever is left (UNAVAILABLE, with a retry pushback).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import heapq
 import itertools
 import logging
 import math
@@ -61,6 +63,8 @@ from bless.serving.server.admission import (
 from bless.serving.server.errors import (
     Aborted,
     AlreadyExists,
+    Cancelled,
+    DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
     KernelFault,
@@ -74,12 +78,22 @@ from bless.serving.server.jobs import Job, Outcome, ServedApp, UnavailableApp
 from bless.serving.server.spec import AppSpec, slo_seconds
 from bless.serving.server.stats import GpuSample, ServerStats
 from bless.serving.server.store import StateStore, UnreadableApp
+from bless.serving.server.tensors import check_output_sizes
 
 log = logging.getLogger("bless.serving.server")
 T = TypeVar("T")
 
 GPU_SAMPLE_PERIOD = 0.1
-"""Seconds between refreshes of the GPU figures the metrics endpoint reports."""
+"""Seconds between refreshes of the GPU figures the metrics endpoint reports (also while
+idle: the loop wakes this often to sample, so an idle GPU reads idle)."""
+SHUTDOWN_RETRY_AFTER = 1.0
+"""Seconds a client refused by a stopping server is told to wait before retrying: about
+what a restart takes (warm-up and restoring the apps), or time to pick another server."""
+
+
+DEADLINE_HEAP_SLACK = 1024
+"""Entries of answered requests the deadline heap may hold beyond twice the live ones
+before it is compacted (a compaction costs one pass over it)."""
 
 
 class Route(NamedTuple):
@@ -111,6 +125,7 @@ class ServingCore:
         store: StateStore,
         max_queue: int,
         limits: AdmissionLimits,
+        max_message_bytes: int,
     ) -> None:
         self.backend = backend
         self.policy = policy
@@ -118,6 +133,8 @@ class ServingCore:
         self.store = store
         self.max_queue = max_queue
         self.limits = limits
+        self.max_message_bytes = max_message_bytes
+        """The largest gRPC message the server sends: every app's outputs must fit."""
         self.executor = Executor(backend, policy, [])
         self.executor.on_launch = self._on_launch
         self.stats = ServerStats(self._sample_gpu())
@@ -139,6 +156,8 @@ class ServingCore:
         self._rids = itertools.count(1)
         self._indices = itertools.count()
         self._removals: list[tuple[ServedApp, Future, int]] = []
+        self._deadlines: list[tuple[float, int, Job]] = []
+        """Heap of admitted requests' deadlines (loop thread)."""
         self._sampled_at = -math.inf
         self._stopping = False
         self._closed = False
@@ -177,29 +196,47 @@ class ServingCore:
                 raise NotFound(f"no app {name!r} on this server (registered: {known})")
             return served
 
-    def submit(self, served: ServedApp, answer: Callable[[Outcome], None]) -> Job:
-        """Queue one inference request of ``served``; ``answer`` gets its outcome."""
-        served.stats.received_one()
+    def submit(self, served: ServedApp, answer: Callable[[Outcome], None], timeout: float | None = None) -> Job:
+        """Queue one inference request of ``served``; ``answer`` gets its outcome.  ``timeout``:
+        seconds until the client's deadline (None: none); past it the request is dropped
+        before it runs, and does not count as succeeded if it ends later."""
         with self._lock:
-            if self._stopping:
-                raise Unavailable("the server is shutting down; retry on another server")
-            if served.closing or self._apps.get(served.name) is not served:
-                raise NotFound(f"no app {served.name!r} on this server (it was unregistered)")
-            if served.pending >= self.max_queue:
-                served.stats.rejected()
-                raise ResourceExhausted(
-                    f"app {served.name!r} already has {served.pending} requests queued or running, "
-                    f"the most it may have (max_queue); retry later"
-                )
+            try:
+                self._admit(served)
+            except ServiceError as e:
+                served.stats.refused(e.reason)
+                raise
             served.stats.admitted()
-            job = Job(Request(next(self._rids), served.state, self.backend.now()), served, answer)
+            now = self.backend.now()
+            deadline = math.inf if timeout is None else now + timeout
+            job = Job(Request(next(self._rids), served.state, now), served, answer, deadline)
             job.request.payload = job
             self._inbox.append(Submit(job))
         self._wake()
         return job
 
+    def _admit(self, served: ServedApp) -> None:
+        """Raise why a request of ``served`` cannot queue now (under the lock)."""
+        if self._stopping:
+            raise Unavailable(
+                f"the server is shutting down; retry in {SHUTDOWN_RETRY_AFTER:g} s or on another server",
+                retry_after=SHUTDOWN_RETRY_AFTER,
+            )
+        if served.closing or self._apps.get(served.name) is not served:
+            raise NotFound(f"no app {served.name!r} on this server (it was unregistered)")
+        if served.pending >= self.max_queue:
+            raise ResourceExhausted(
+                f"app {served.name!r} already has {served.pending} requests queued or running, "
+                f"the most it may have (max_queue); retry later"
+            )
+
     def cancel(self, job: Job) -> None:
-        """The client gave up: drop the request if it has not started."""
+        """The client gave up: drop the request if it has not started; count it as cancelled
+        if it ran to the end but was not answered yet."""
+        if job.finished:
+            if job.claim():
+                job.served.stats.counted("cancelled", self._cancel_error(job).reason)
+            return
         self._post(Cancel(job), refuse=False)
 
     def call(self, body: Callable[[], T]) -> Future[T]:
@@ -266,7 +303,7 @@ class ServingCore:
         with self._lock:
             if self._closed or (refuse and self._stopping):
                 if refuse:
-                    raise Unavailable("the server is shutting down")
+                    raise Unavailable("the server is shutting down", retry_after=SHUTDOWN_RETRY_AFTER)
                 return
             self._inbox.append(message)
         self._wake()
@@ -281,12 +318,14 @@ class ServingCore:
             while True:
                 self._wakeup.clear()
                 self._drain()
+                self._expire()
                 self._complete_removals()
+                self._sample()
                 busy = self._busy()
                 if self._stopping and (not busy or self.backend.now() >= self._stop_deadline):
                     break
                 if not busy:
-                    self._wakeup.wait(0.05 if self._stopping else None)
+                    self._wakeup.wait(0.05 if self._stopping else GPU_SAMPLE_PERIOD)
                     continue
                 step = self.executor.step(math.inf)
                 for req in step.finished:
@@ -315,16 +354,18 @@ class ServingCore:
                 route.fail(message, failing)
 
     def _finish(self, job: Job, outcome: Outcome) -> None:
+        """The scheduler is done with ``job``: record it and answer.  One that ran to the end
+        is counted by its RPC handler, which knows whether its client is still there."""
         if job.finished:
             return
+        started = job.request.first_launch is not None
+        stats = job.served.stats
+        if outcome.status == "succeeded":
+            stats.ran(started=started, latency=outcome.latency, queue=outcome.queue, compute=outcome.compute)
+        else:
+            job.claim()  # always won here: a handler claims only finished jobs
+            stats.ended(outcome.status, outcome.reason, started=started)
         job.finished = True
-        job.served.stats.ended(
-            outcome.status,
-            started=job.request.first_launch is not None,
-            latency=outcome.latency,
-            queue=outcome.queue,
-            compute=outcome.compute,
-        )
         try:
             job.answer(outcome)
         except Exception:
@@ -340,21 +381,46 @@ class ServingCore:
             )
             return
         served.state.submit(job.request)
+        if job.deadline < math.inf:
+            heapq.heappush(self._deadlines, (job.deadline, job.request.rid, job))
 
     def _fail_submit(self, message: Submit, error: ServiceError) -> None:
         self._finish(message.job, Outcome("aborted", error))
 
     def _run_cancel(self, message: Cancel) -> None:
         job = message.job
+        error = self._cancel_error(job)
         if job.finished:
+            if job.claim():  # it ran to the end, and its client left before the answer
+                job.served.stats.counted("cancelled", error.reason)
             return
+        self._drop(job, error)
+
+    def _cancel_error(self, job: Job) -> ServiceError:
+        if self.backend.now() >= job.deadline:
+            return DeadlineExceeded("the client's deadline passed before the request finished")
+        return Cancelled("cancelled by the client")
+
+    def _drop(self, job: Job, error: ServiceError) -> None:
+        """The client left: drop the request if it has not started, else mark it (kernels cannot be recalled)."""
         req = job.request
-        app = req.app
-        cancelled = Outcome("cancelled", Aborted("cancelled by the client"))
-        if app.withdraw(req):
-            self._finish(job, cancelled)
+        if req.app.withdraw(req):
+            self._finish(job, Outcome("cancelled", error))
         else:
-            job.cancelled = True  # on the GPU: it runs to the end
+            job.cancelled = error
+
+    def _expire(self) -> None:
+        """Drop the requests whose client's deadline has passed (they would run for nobody)."""
+        heap = self._deadlines
+        now = self.backend.now()
+        while heap and heap[0][0] <= now:
+            _, _, job = heapq.heappop(heap)
+            if not job.finished and job.cancelled is None:
+                self._drop(job, DeadlineExceeded("the client's deadline passed before the request ran"))
+        live = sum(s.pending for s in self._apps.values())
+        if len(heap) > 2 * live + DEADLINE_HEAP_SLACK:  # mostly answered requests: compact
+            self._deadlines = [e for e in heap if not e[2].finished]
+            heapq.heapify(self._deadlines)
 
     def _fail_cancel(self, message: Cancel, error: ServiceError) -> None:
         """Nothing to answer: the request it names is failed on its own."""
@@ -397,8 +463,10 @@ class ServingCore:
                     f"a kernel of app {name!r} faulted on the GPU ({req.failed}); only this request failed, retry it"
                 ),
             )
-        elif job.cancelled:
-            outcome = Outcome("cancelled", Aborted("cancelled by the client"))
+        elif job.cancelled is not None:
+            outcome = Outcome("cancelled", job.cancelled)
+        elif self.backend.now() > job.deadline:
+            outcome = Outcome("cancelled", DeadlineExceeded("the request finished after its client's deadline"))
         else:
             start = req.first_launch.start
             outcome = Outcome(
@@ -423,14 +491,18 @@ class ServingCore:
         if ex.squads or kernels != self.stats.squads.kernels:
             self.stats.squads.ran(ex.squads, kernels)
             ex.squads.clear()  # consumed: a long-running server must not keep every squad
-        now = self.backend.now()
-        if now - self._sampled_at >= GPU_SAMPLE_PERIOD:
-            self._sampled_at = now
-            self.stats.sampled(self._sample_gpu())
+        self._sample()
+
+    def _sample(self) -> None:
+        if self.backend.now() - self._sampled_at >= GPU_SAMPLE_PERIOD:
+            sample = self._sample_gpu()
+            self._sampled_at = sample.at
+            self.stats.sampled(sample)
 
     def _sample_gpu(self) -> GpuSample:
         b = self.backend
         return GpuSample(
+            at=b.now(),
             utilisation=b.utilisation(),
             sm_seconds=b.sm_seconds(),
             memory_used_bytes=b.memory_used,
@@ -469,6 +541,7 @@ class ServingCore:
             raise AlreadyExists(
                 f"name: app {spec.name!r} is already registered; unregister it first or pick another name"
             )
+        check_output_sizes(spec.inputs, spec.outputs, profile.batch, self.max_message_bytes)
         state = AppState(next(self._indices), spec.name, profile, spec.quota)
         state.slo = slo_seconds(spec.slo, state.iso_latency)
         admission = self._admission(state)
@@ -523,7 +596,7 @@ class ServingCore:
                     self._finish(req.payload, Outcome("aborted", Aborted(f"app {served.name!r} was unregistered")))
                 with self._lock:
                     self._apps.pop(served.name, None)
-                served.stats.retire()
+                self.stats.remove_app(served.stats)
                 log.info("unregistered app %r (%d queued requests aborted)", served.name, aborted)
             settle(fut, aborted)
         self._removals = left
@@ -543,7 +616,11 @@ class ServingCore:
         with self._lock:
             self._closed = True
             self._stopping = True
-        error = Unavailable(self.failure or "the server shut down before this request finished; retry it")
+        error = Unavailable(
+            self.failure
+            or f"the server shut down before this request finished; retry it in {SHUTDOWN_RETRY_AFTER:g} s",
+            retry_after=SHUTDOWN_RETRY_AFTER,
+        )
         left = Outcome("aborted", error)
         ex = self.executor
         for app in ex.apps:

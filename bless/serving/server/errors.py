@@ -11,6 +11,18 @@ class ServiceError(Exception):
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
 
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        """Seconds after which a retry may succeed (sent as gRPC's ``grpc-retry-pushback-ms``
+        trailing metadata, gRFC A6), or None: retrying the same request will not help."""
+
+    @property
+    def reason(self) -> str:
+        """Why, as the ``reason`` label of the request counters: the status code's name in
+        lower case (``invalid_argument``), unless a subclass says more."""
+        return self.code.name.lower()
+
 
 class InvalidArgument(ServiceError):
     code = grpc.StatusCode.INVALID_ARGUMENT
@@ -50,6 +62,19 @@ class KernelFault(ServiceError):
     """A kernel of the request faulted on the GPU (only this request failed)."""
 
     code = grpc.StatusCode.INTERNAL
+    reason = "kernel_fault"
+
+
+class Cancelled(ServiceError):
+    """The client cancelled the request (it never sees this answer)."""
+
+    code = grpc.StatusCode.CANCELLED
+
+
+class DeadlineExceeded(ServiceError):
+    """The client's deadline passed before the request was answered."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
 class StartupError(Exception):

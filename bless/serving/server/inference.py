@@ -14,8 +14,6 @@ ModelStatistics is Triton's statistics extension, cumulative since start.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from typing import Any
 
@@ -24,12 +22,18 @@ import grpc
 import bless
 from bless.serving.api import OIP_SERVICE, oip
 from bless.serving.server.core import ServingCore
+from bless.serving.server.dispatch import run_request
 from bless.serving.server.errors import NotFound, ServiceError
-from bless.serving.server.jobs import Job, Outcome, ServedApp
+from bless.serving.server.jobs import MODEL_VERSION, Outcome, ServedApp
 from bless.serving.server.rpc import generic_handler
-from bless.serving.server.tensors import decode_inputs, make_outputs, requested_outputs
+from bless.serving.server.tensors import (
+    TensorSpec,
+    check_request_sizes,
+    decode_inputs,
+    output_chunks,
+    requested_outputs,
+)
 
-MODEL_VERSION = "1"
 EXTENSIONS = ("statistics", "parameters")
 
 
@@ -38,18 +42,41 @@ def check_version(name: str, version: str) -> None:
         raise NotFound(f"model {name!r} has no version {version!r}; bless serves version {MODEL_VERSION} only")
 
 
-def _answerer(loop: asyncio.AbstractEventLoop, fut: asyncio.Future):
-    """A callback for the serving loop that settles ``fut`` on the RPC thread's event loop."""
+RAW_OUTPUT_TAG = bytes([oip.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number << 3 | 2])
+"""Wire-format key of ``raw_output_contents`` (length-delimited)."""
 
-    def settle(outcome: Outcome) -> None:
-        if not fut.done():
-            fut.set_result(outcome)
 
-    def answer(outcome: Outcome) -> None:
-        with contextlib.suppress(RuntimeError):  # the RPC loop is gone: nobody is waiting any more
-            loop.call_soon_threadsafe(settle, outcome)
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
-    return answer
+
+def encode_response(
+    served: ServedApp,
+    request_id: str,
+    outcome: Outcome,
+    inputs: list[bytes],
+    shapes: list[tuple[int, ...]],
+    wanted: list[TensorSpec],
+) -> bytes:
+    """A serialised ModelInferResponse.  The output bytes are appended in the wire format
+    rather than set on the message, which would copy them twice more (into the message,
+    then into its serialisation), holding the GIL against the event loop: they are
+    copied once, by the final join."""
+    response = oip.ModelInferResponse(model_name=served.name, model_version=MODEL_VERSION, id=request_id)
+    response.parameters["bless_queue_seconds"].double_param = outcome.queue
+    response.parameters["bless_compute_seconds"].double_param = outcome.compute
+    response.parameters["bless_latency_seconds"].double_param = outcome.latency
+    response.parameters["bless_sync_wait_seconds"].double_param = outcome.sync_wait
+    raw: list[bytes] = []
+    for spec, shape, chunks in output_chunks(served.name, inputs, shapes, wanted):
+        response.outputs.add(name=spec.name, datatype=spec.datatype, shape=shape)
+        raw += (RAW_OUTPUT_TAG, _varint(sum(map(len, chunks))), *chunks)
+    return b"".join([response.SerializeToString(), *raw])
 
 
 class InferenceService:
@@ -104,41 +131,32 @@ class InferenceService:
         received = time.perf_counter()
         served = self.core.lookup(request.model_name)
         try:
-            return await self._infer(served, request, received)
+            return await self._infer(served, request, context, received)
         except ServiceError:
-            served.stats.responded(False, time.perf_counter() - received)
+            served.stats.rpc_failed(time.perf_counter() - received)
             raise
 
-    async def _infer(self, served: ServedApp, request: Any, received: float) -> Any:
-        check_version(served.name, request.model_version)
-        inputs, shapes = decode_inputs(request, served.spec.inputs, served.name)
-        wanted = requested_outputs(request, served.spec.outputs, served.name)
-        decoded = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        job: Job = self.core.submit(served, _answerer(loop, fut))
+    async def _infer(self, served: ServedApp, request: Any, context: Any, received: float) -> bytes:
+        spec = served.spec
         try:
-            outcome: Outcome = await fut
-        except asyncio.CancelledError:
-            self.core.cancel(job)
+            check_version(served.name, request.model_version)
+            inputs, shapes = decode_inputs(request, spec.inputs, served.name)
+            wanted = requested_outputs(request, spec.outputs, served.name)
+            size = check_request_sizes(
+                served.name, spec.inputs, shapes, wanted, served.state.profile.batch, self.core.max_message_bytes
+            )
+        except ServiceError as e:
+            served.stats.refused(e.reason)
             raise
-        if outcome.error is not None:
-            raise outcome.error
-        encoding = time.perf_counter()
-        response = oip.ModelInferResponse(model_name=served.name, model_version=MODEL_VERSION, id=request.id)
-        response.parameters["bless_queue_seconds"].double_param = outcome.queue
-        response.parameters["bless_compute_seconds"].double_param = outcome.compute
-        response.parameters["bless_latency_seconds"].double_param = outcome.latency
-        response.parameters["bless_sync_wait_seconds"].double_param = outcome.sync_wait
-        for spec, shape, data in make_outputs(served.name, inputs, shapes, wanted):
-            out = response.outputs.add()
-            out.name = spec.name
-            out.datatype = spec.datatype
-            out.shape.extend(shape)
-            response.raw_output_contents.append(data)
-        done = time.perf_counter()
-        served.stats.responded(True, done - received, decoded - received, done - encoding)
-        return response
+        return await run_request(
+            self.core,
+            served,
+            lambda outcome: encode_response(served, request.id, outcome, inputs, shapes, wanted),
+            output_bytes=size,
+            timeout=context.time_remaining(),
+            received=received,
+            decode=time.perf_counter() - received,
+        )
 
     async def model_statistics(self, request: Any, context: Any) -> Any:
         if request.name:

@@ -7,13 +7,17 @@ Shared by the loop (:mod:`bless.serving.server.core`), its inbox
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bless.core.lifecycle import AppState, Request
 from bless.serving.server.errors import ServiceError
 from bless.serving.server.spec import AppSpec
 from bless.serving.server.stats import AppStats
+
+MODEL_VERSION = "1"
+"""The one version every app is served as (OIP's model version, the metrics' ``version`` label)."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,11 @@ class Outcome:
     compute: float = math.nan
     sync_wait: float = math.nan
     """From the end of the last kernel until the host saw it (the rest of its squad)."""
+
+    @property
+    def reason(self) -> str:
+        """The ``reason`` label it is counted under."""
+        return "ok" if self.error is None else self.error.reason
 
 
 @dataclass(eq=False)
@@ -68,5 +77,20 @@ class Job:
     served: ServedApp
     answer: Callable[[Outcome], None]
     """Called exactly once, on the loop thread."""
-    cancelled: bool = False
+    deadline: float = math.inf
+    """The client's deadline on the backend clock (inf: none)."""
+    cancelled: ServiceError | None = None
+    """Why the client left while the request was on the GPU (it runs to the end, then counts as cancelled)."""
     finished: bool = False
+    """The scheduler is done with it (loop thread)."""
+    _counted: bool = False
+    _count_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def claim(self) -> bool:
+        """True exactly once: to whoever counts how the request ended.  The loop and the RPC
+        handler race for it when a client leaves as its request finishes."""
+        with self._count_lock:
+            if self._counted:
+                return False
+            self._counted = True
+            return True

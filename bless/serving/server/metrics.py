@@ -2,10 +2,13 @@
 
 A view of the server's measurements (:class:`~bless.serving.server.stats.ServerStats`),
 read at scrape time: the serving loop records each event once, in the store,
-and GetStats and ``/metrics`` both read it.  Names carry the ``bless_`` prefix,
-durations are in seconds, per-app series have an ``app`` label.  Each server
-has its own registry (several servers can run in one process, e.g. in tests).
-``bless/serving/server/README.md`` maps them to Triton's ``nv_inference_*`` metrics.
+and GetStats and ``/metrics`` both read it.  Names carry the ``bless_`` prefix
+and follow Prometheus' naming rules (what ``promtool check metrics`` lints:
+counters end in ``_total``, nothing else does, base units in the name);
+per-app series have the labels ``model`` and ``version``, as Triton's
+``nv_inference_*`` metrics do, and go when the app is unregistered.  Each
+server has its own registry (several servers can run in one process, e.g. in
+tests).  ``bless/serving/server/README.md`` maps them to Triton's metrics.
 """
 
 from __future__ import annotations
@@ -23,12 +26,25 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-from bless.serving.server.stats import OUTCOMES, AppSeries, Buckets, GpuSample, ServerStats, SquadSeries
+from bless.serving.server.jobs import MODEL_VERSION
+from bless.serving.server.stats import AppSeries, Buckets, ServerStats, SquadSeries
+
+APP_LABELS = ["model", "version"]
 
 REQUEST_HISTOGRAMS: tuple[tuple[str, str, Callable[[AppSeries], Buckets]], ...] = (
     (
         "bless_request_duration_seconds",
-        "Request latency: arrival at the scheduler to the end of its last kernel (successful requests)",
+        "End to end in the server: the inference RPC's arrival to its response built (successful requests)",
+        lambda a: a.duration,
+    ),
+    (
+        "bless_request_overhead_seconds",
+        "The serving stack's share: end to end minus the GPU compute time (successful requests)",
+        lambda a: a.overhead,
+    ),
+    (
+        "bless_request_scheduler_latency_seconds",
+        "Arrival at the scheduler to the end of the request's last kernel (the latency bless run reports)",
         lambda a: a.latency,
     ),
     ("bless_request_queue_duration_seconds", "Arrival to the start of the request's first kernel", lambda a: a.queue),
@@ -56,24 +72,25 @@ def _histogram(
 
 
 def _app_families(apps: list[AppSeries]) -> Iterator[Metric]:
-    """Per app: request histograms and outcome counters (every app ever registered, as
-    Prometheus expects of counters) and gauges (registered apps only)."""
+    """Per registered app: request histograms, outcome counters and gauges."""
     for name, documentation, buckets in REQUEST_HISTOGRAMS:
-        yield _histogram(name, documentation, ["app"], (([a.name], buckets(a), a.created) for a in apps))
+        yield _histogram(
+            name, documentation, APP_LABELS, (([a.name, MODEL_VERSION], buckets(a), a.created) for a in apps)
+        )
     requests = CounterMetricFamily(
         "bless_requests",
-        "Inference requests by outcome (succeeded, failed, rejected, cancelled, aborted)",
-        labels=["app", "status"],
+        "Inference requests by outcome (succeeded, failed, rejected, cancelled, aborted) and reason "
+        "(the status code answered, lower case; kernel_fault for a faulted kernel)",
+        labels=[*APP_LABELS, "status", "reason"],
     )
     for a in apps:
-        for status in OUTCOMES:
-            requests.add_metric([a.name, status], a.requests[status], created=a.created)
+        for (status, reason), count in sorted(a.requests.items()):
+            requests.add_metric([a.name, MODEL_VERSION, status, reason], count, created=a.created)
     yield requests
-    live = [a for a in apps if a.live]
     for name, documentation, value in APP_GAUGES:
-        gauge = GaugeMetricFamily(name, documentation, labels=["app"])
-        for a in live:
-            gauge.add_metric([a.name], value(a))
+        gauge = GaugeMetricFamily(name, documentation, labels=APP_LABELS)
+        for a in apps:
+            gauge.add_metric([a.name, MODEL_VERSION], value(a))
         yield gauge
 
 
@@ -91,20 +108,21 @@ def _squad_families(squads: SquadSeries) -> Iterator[Metric]:
     yield CounterMetricFamily("bless_kernels", "Kernels launched", value=squads.kernels, created=squads.created)
 
 
-def _gpu_families(s: GpuSample) -> Iterator[Metric]:
+def _gpu_families(stats: ServerStats) -> Iterator[Metric]:
+    s = stats.gpu
     yield GaugeMetricFamily(
         "bless_gpu_utilisation_ratio",
-        "Share of SM-time busy since the server started (simulated GPU: from the model)",
-        value=s.utilisation,
+        "Share of SM-time busy over the last second (simulated GPU: from the model)",
+        value=stats.recent_utilisation,
     )
     yield CounterMetricFamily(
-        "bless_gpu_sm_seconds", "Busy SM-seconds (rate()/sm_count is utilisation)", value=s.sm_seconds
+        "bless_gpu_sm_seconds", "Busy SM-seconds (rate() / bless_gpu_sms is the utilisation)", value=s.sm_seconds
     )
     yield GaugeMetricFamily(
         "bless_gpu_memory_used_bytes", "Device memory held by apps and their contexts", value=s.memory_used_bytes
     )
     yield GaugeMetricFamily("bless_gpu_memory_total_bytes", "Device memory", value=s.memory_bytes)
-    yield GaugeMetricFamily("bless_gpu_sm_count", "SMs of the GPU", value=s.sm_count)
+    yield GaugeMetricFamily("bless_gpu_sms", "Streaming multiprocessors (SMs) of the GPU", value=s.sm_count)
 
 
 class StatsCollector(Collector):
@@ -116,7 +134,7 @@ class StatsCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from _app_families([a.series() for a in self._stats.apps()])
         yield from _squad_families(self._stats.squads.series())
-        yield from _gpu_families(self._stats.gpu)
+        yield from _gpu_families(self._stats)
 
 
 class ServerMetrics:

@@ -38,7 +38,7 @@ def _guarded(name: str, fn: Handler, request_type: type) -> Handler:
         try:
             return await fn(request, context)
         except ServiceError as e:
-            await context.abort(e.code, str(e))
+            await context.abort(e.code, str(e), retry_pushback(e))
         except grpc.aio.AbortError:
             raise
         except Exception as e:
@@ -46,6 +46,24 @@ def _guarded(name: str, fn: Handler, request_type: type) -> Handler:
             await context.abort(grpc.StatusCode.INTERNAL, f"{name} failed in the server: {e!r}")
 
     return call
+
+
+RETRY_PUSHBACK = "grpc-retry-pushback-ms"
+"""Trailing metadata by which a server tells a client when to retry (gRFC A6, honoured by
+gRPC's retry policy; other clients read it as a hint)."""
+
+
+def retry_pushback(error: ServiceError) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata of an error: the retry pushback when the error names one."""
+    if error.retry_after is None:
+        return ()
+    return ((RETRY_PUSHBACK, str(max(round(error.retry_after * 1e3), 0))),)
+
+
+def _serialize(message: Any) -> bytes:
+    """Serialise a response, or pass bytes through: a handler may return its response
+    already serialised (ModelInfer builds large ones off the event loop)."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
 
 
 def generic_handler(service: str, implementations: dict[str, Handler]) -> grpc.GenericRpcHandler:
@@ -60,7 +78,7 @@ def generic_handler(service: str, implementations: dict[str, Handler]) -> grpc.G
             name: grpc.unary_unary_rpc_method_handler(
                 _guarded(f"{service}/{name}", implementations[name], spec.request),
                 request_deserializer=None,  # bytes: decoded by _guarded
-                response_serializer=spec.response.SerializeToString,
+                response_serializer=_serialize,
             )
             for name, spec in specs.items()
         },

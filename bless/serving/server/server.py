@@ -37,7 +37,6 @@ from bless.serving.server.store import StateStore
 
 log = logging.getLogger("bless.serving.server")
 
-MAX_MESSAGE_BYTES = 64 * 2**20
 GRPC_STOP_GRACE = 2.0
 """Seconds the gRPC server waits for answered RPCs to be sent when stopping."""
 
@@ -123,7 +122,14 @@ class BlessServer:
             warm_up(cfg)
             backend = make_backend(cfg)
             policy = bless_policy(cfg)
-            self.core = ServingCore(backend, policy, store=self._store, max_queue=cfg.max_queue, limits=cfg.admission)
+            self.core = ServingCore(
+                backend,
+                policy,
+                store=self._store,
+                max_queue=cfg.max_queue,
+                limits=cfg.admission,
+                max_message_bytes=cfg.max_message_bytes,
+            )
             self.core.start()
             self.core.restore()
             self._loop = asyncio.new_event_loop()
@@ -158,8 +164,8 @@ class BlessServer:
         server = grpc.aio.server(
             options=[
                 ("grpc.so_reuseport", 0),  # a port in use is an error, not a silent second listener
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", self.config.max_message_bytes),
+                ("grpc.max_send_message_length", self.config.max_message_bytes),
             ]
         )
         server.add_generic_rpc_handlers(

@@ -34,6 +34,22 @@ WINDOW_SAMPLES = 200_000
 
 OUTCOMES = ("succeeded", "failed", "rejected", "cancelled", "aborted")
 
+REASONS: dict[str, tuple[str, ...]] = {
+    "succeeded": ("ok",),
+    "failed": ("kernel_fault",),
+    "rejected": ("invalid_argument", "resource_exhausted", "unavailable"),
+    "cancelled": ("cancelled", "deadline_exceeded"),
+    "aborted": ("aborted", "unavailable"),
+}
+"""The reasons each outcome has in normal operation (:attr:`ServiceError.reason
+<bless.serving.server.errors.ServiceError.reason>`: the status code the client got, in lower
+case).  Their counters exist from registration on, at zero, so ``rate()`` sees the first
+one; any other pair is counted from its first occurrence."""
+
+UTILISATION_WINDOW = 1.0
+"""Seconds over which the exported GPU utilisation is a rate: long enough to span many
+squads, short enough that an idle GPU reads 0 within a scrape interval."""
+
 LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """Upper bounds (seconds) of the request latency, queue and compute histograms."""
 SQUAD_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1)
@@ -142,12 +158,15 @@ class AppSeries:
     name: str
     created: float
     """Unix time of the registration (Prometheus' ``_created``: a new registration restarts the counters)."""
-    live: bool
-    """Still registered: only live apps export gauges; counters and histograms stay."""
     quota: float
     pending: int
     running: int
-    requests: dict[str, int]
+    requests: dict[tuple[str, str], int]
+    """Requests by (outcome, reason)."""
+    duration: Buckets
+    """End to end in the server, answered requests."""
+    overhead: Buckets
+    """End to end minus the GPU compute time, answered requests."""
     latency: Buckets
     queue: Buckets
     compute: Buckets
@@ -155,6 +174,12 @@ class AppSeries:
 
 class AppStats:
     """Everything measured for one registration of an app.
+
+    A request is counted once, under one outcome and reason: by whoever ends it.
+    The serving loop ends the ones it fails, aborts or cancels; one that ran to
+    the end on the GPU is counted when its RPC answers (:meth:`answered`), or
+    as cancelled if its client left first, so a response built after the
+    client's deadline is never a success.
 
     ``pending`` (queued or running) is also what the serving core's ``max_queue``
     check reads: the core admits under its own lock, so the check and the count
@@ -165,11 +190,12 @@ class AppStats:
         self.name = name
         self.created = time.time()
         self._lock = threading.Lock()
-        self._live = True
         self._quota = quota
         self._pending = 0
         self._running = 0
-        self._requests = dict.fromkeys(OUTCOMES, 0)
+        self._requests = {(status, reason): 0 for status, reasons in REASONS.items() for reason in reasons}
+        self._duration = Histogram(LATENCY_BUCKETS)
+        self._overhead = Histogram(LATENCY_BUCKETS)
         self._latency = Histogram(LATENCY_BUCKETS)
         self._queue = Histogram(LATENCY_BUCKETS)
         self._compute = Histogram(LATENCY_BUCKETS)
@@ -185,6 +211,11 @@ class AppStats:
         self._counts = dict.fromkeys(OUTCOMES, 0)
         self._samples: deque[tuple[float, float, float]] = deque(maxlen=WINDOW_SAMPLES)
 
+    def _count(self, status: str, reason: str) -> None:
+        self._counts[status] += 1
+        key = (status, reason)
+        self._requests[key] = self._requests.get(key, 0) + 1
+
     @property
     def pending(self) -> int:
         """Requests queued or running."""
@@ -196,20 +227,16 @@ class AppStats:
         return self._running
 
     # ------------------------------------------------------------ events
-    def received_one(self) -> None:
-        """A request for this app reached the server (admitted or not)."""
+    def refused(self, reason: str) -> None:
+        """A request was refused before it queued (bad input, full queue, shutting down)."""
         with self._lock:
             self._received += 1
-
-    def rejected(self) -> None:
-        """A request was refused before it queued (full queue)."""
-        with self._lock:
-            self._counts["rejected"] += 1
-            self._requests["rejected"] += 1
+            self._count("rejected", reason)
 
     def admitted(self) -> None:
         """A request queued."""
         with self._lock:
+            self._received += 1
             self._pending += 1
 
     def started(self) -> None:
@@ -217,49 +244,50 @@ class AppStats:
         with self._lock:
             self._running += 1
 
-    def ended(
-        self,
-        status: str,
-        *,
-        started: bool,
-        latency: float = math.nan,
-        queue: float = math.nan,
-        compute: float = math.nan,
-    ) -> None:
-        """An admitted request ended on the scheduler side (``status`` one of :data:`OUTCOMES`;
-        ``started``: it had been counted as running)."""
+    def ran(self, *, started: bool, latency: float, queue: float, compute: float) -> None:
+        """An admitted request's kernels all ran (its RPC counts how it ends, :meth:`answered`)."""
         with self._lock:
             self._pending -= 1
             self._running -= started
-            self._counts[status] += 1
-            self._requests[status] += 1
-            if status == "succeeded":
-                self._samples.append((latency, queue, compute))
-                self._latency.observe(latency)
-                self._queue.observe(queue)
-                self._compute.observe(compute)
+            self._samples.append((latency, queue, compute))
+            self._latency.observe(latency)
+            self._queue.observe(queue)
+            self._compute.observe(compute)
 
-    def responded(self, ok: bool, total: float, decode: float = 0.0, encode: float = 0.0) -> None:
-        """A ModelInfer RPC answered after ``total`` seconds in the server."""
+    def ended(self, status: str, reason: str, *, started: bool) -> None:
+        """An admitted request ended on the scheduler side without running to the end
+        (``status`` one of :data:`OUTCOMES`; ``started``: it had been counted as running)."""
         with self._lock:
-            if ok:
-                self._success.add(total)
-                self._compute_input.add(decode)
-                self._compute_output.add(encode)
-                self._last_inference_ms = int(time.time() * 1e3)
-            else:
-                self._fail.add(total)
+            self._pending -= 1
+            self._running -= started
+            self._count(status, reason)
+
+    def counted(self, status: str, reason: str) -> None:
+        """A request that ran to the end was not answered: its client left, or building the
+        answer failed."""
+        with self._lock:
+            self._count(status, reason)
+
+    def answered(self, total: float, compute: float, decode: float = 0.0, encode: float = 0.0) -> None:
+        """A request succeeded: its RPC answered after ``total`` seconds in the server, of
+        which ``compute`` on the GPU, ``decode`` checking inputs, ``encode`` building outputs."""
+        with self._lock:
+            self._count("succeeded", "ok")
+            self._duration.observe(total)
+            self._overhead.observe(max(total - compute, 0.0))
+            self._success.add(total)
+            self._compute_input.add(decode)
+            self._compute_output.add(encode)
+            self._last_inference_ms = int(time.time() * 1e3)
+
+    def rpc_failed(self, total: float) -> None:
+        """An inference RPC answered with an error after ``total`` seconds (Triton's ``fail``)."""
+        with self._lock:
+            self._fail.add(total)
 
     def set_quota(self, quota: float) -> None:
         with self._lock:
             self._quota = quota
-
-    def retire(self) -> None:
-        """The app was unregistered: drop its window (nobody can ask for it any more) and its
-        gauges; its counters stay for Prometheus."""
-        with self._lock:
-            self._live = False
-            self._clear_window()
 
     def reset(self) -> None:
         """Start a new window (ResetStats); cumulative figures stay."""
@@ -305,11 +333,12 @@ class AppStats:
             return AppSeries(
                 self.name,
                 self.created,
-                self._live,
                 self._quota,
                 self._pending,
                 self._running,
                 dict(self._requests),
+                self._duration.read(),
+                self._overhead.read(),
                 self._latency.read(),
                 self._queue.read(),
                 self._compute.read(),
@@ -394,7 +423,10 @@ class GpuSample:
     """The device's state as the serving loop last saw it (statistics the backend cannot
     measure are nan)."""
 
+    at: float
+    """Backend clock time of the sample."""
     utilisation: float
+    """Busy SM-time share since the backend started."""
     sm_seconds: float
     memory_used_bytes: int
     memory_bytes: int
@@ -402,11 +434,12 @@ class GpuSample:
 
 
 class ServerStats:
-    """The store: an :class:`AppStats` per app name, the squads, the latest GPU sample.
+    """The store: an :class:`AppStats` per registered app, the squads, the GPU samples.
 
-    An app's record outlives its registration (retired), so its counters and
-    histograms stay exported as Prometheus expects of counters; registering the
-    name again starts a new record, which Prometheus sees as a counter reset.
+    An app's record goes with its registration (:meth:`remove_app`), and its
+    series with it, so registering and unregistering apps does not grow what
+    Prometheus scrapes; registering the name again starts a new record, which
+    Prometheus sees as a counter reset (the ``_created`` samples say so).
     """
 
     def __init__(self, gpu: GpuSample) -> None:
@@ -415,22 +448,42 @@ class ServerStats:
         self.squads = SquadStats()
         self.gpu = gpu
         """Replaced whole by the serving loop (:meth:`sampled`), read whole by the views."""
+        self.recent_utilisation = math.nan
+        """Busy SM-time share over the last :data:`UTILISATION_WINDOW` (nan before two samples)."""
+        self._history: deque[GpuSample] = deque([gpu])
         self._lock = threading.Lock()
         self._apps: dict[str, AppStats] = {}
 
     def add_app(self, name: str, quota: float) -> AppStats:
-        """A new registration of ``name``: a fresh record, replacing a retired one."""
+        """A new registration of ``name``: a fresh record."""
         stats = AppStats(name, quota)
         with self._lock:
             self._apps[name] = stats
         return stats
 
+    def remove_app(self, stats: AppStats) -> None:
+        """The app was unregistered: its record and series go (unless the name is registered anew)."""
+        with self._lock:
+            if self._apps.get(stats.name) is stats:
+                del self._apps[stats.name]
+
     def apps(self) -> list[AppStats]:
-        """Every app's latest record, retired ones included, in first-registration order."""
+        """Every registered app's record, in registration order."""
         with self._lock:
             return list(self._apps.values())
 
     def sampled(self, gpu: GpuSample) -> None:
+        """A new GPU sample (serving loop only): the utilisation is the busy SM-seconds'
+        rate since the oldest sample still within :data:`UTILISATION_WINDOW`."""
+        history = self._history
+        history.append(gpu)
+        while len(history) > 2 and gpu.at - history[1].at >= UTILISATION_WINDOW:
+            history.popleft()
+        first = history[0]
+        elapsed = gpu.at - first.at
+        if elapsed > 0 and gpu.sm_count:
+            busy = (gpu.sm_seconds - first.sm_seconds) / (elapsed * gpu.sm_count)
+            self.recent_utilisation = min(max(busy, 0.0), 1.0)
         self.gpu = gpu
 
     def reset(self) -> None:

@@ -8,8 +8,15 @@ a matching shape and exactly the bytes the shape needs, either as
 
 On the simulated GPU outputs are a deterministic function of the inputs: a
 BLAKE2 digest of the app name and every input's bytes seeds the values, so the
-same request always gets the same answer.  A -1 in an output shape takes the
+same request always gets the same answer; values repeat every
+:data:`OUTPUT_BLOCK` elements.  A -1 in an output shape takes the
 size of the same dimension of the first input (1 if it has none).
+
+Sizes are bounded: a -1 in the first dimension of the first input is the
+batch, at most the batch the app was profiled at, and every response must fit
+in one gRPC message, so an app whose outputs at that batch would not is refused
+when it registers (:func:`check_output_sizes`) and a request whose outputs would
+not is refused before it queues (:func:`check_request_sizes`).
 """
 
 from __future__ import annotations
@@ -62,6 +69,17 @@ CONTENTS_FIELD = {
 """The typed ``InferTensorContents`` field of each datatype (FP16/BF16 are raw only)."""
 
 MAX_DIMS = 8
+
+RESPONSE_OVERHEAD_BYTES = 64 * 2**10
+"""Room left in a message for everything but the output bytes: names, shapes,
+parameters and framing take tens of bytes per output, so 64 KiB holds far more
+outputs than an app declares."""
+OUTPUT_BLOCK = 2**16
+"""Simulated outputs repeat a block of this many random values: drawing a value costs
+~10 ns, repeating bytes ~0.1 ns, and drawing every value of a tens-of-MB output held
+the GIL, against every other request, for tens of ms."""
+BYTES_TAG = 12
+"""Hex characters of the digest each simulated BYTES element starts with."""
 
 
 @dataclass(frozen=True)
@@ -222,10 +240,95 @@ def output_shape(spec: TensorSpec, first_input_shape: Sequence[int]) -> tuple[in
     )
 
 
+def _element_bytes(datatype: str) -> int:
+    return np.dtype(NUMPY_TYPES[datatype]).itemsize
+
+
+def output_nbytes(datatype: str, n: int) -> int:
+    """Bytes of an output of ``n`` elements as :func:`make_outputs` writes it (BYTES: each
+    element a 4-byte length, the tag, ':' and its index)."""
+    if datatype == "BYTES":
+        return n * (4 + BYTES_TAG + 1 + len(str(max(n - 1, 0))))
+    return n * _element_bytes(datatype)
+
+
+def _declared_size(spec: TensorSpec, first_input: Sequence[int], batch: int) -> int:
+    """Elements of an output at ``batch`` when the first input's sizes are as declared
+    (a -1 batch dimension is ``batch``, any other -1 counts as 1: the request check sees it)."""
+    dims = list(first_input)
+    if dims and dims[0] == -1:
+        dims[0] = batch
+    return _size(max(d, 1) for d in output_shape(spec, dims))
+
+
+def check_output_sizes(
+    inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], batch: int, max_message_bytes: int
+) -> None:
+    """Registration: every output at the app's profiled ``batch`` must fit in one response
+    of at most ``max_message_bytes`` (the server's gRPC message limit)."""
+    first = inputs[0].shape if inputs else ()
+    sizes = [output_nbytes(s.datatype, _declared_size(s, first, batch)) for s in outputs]
+    room = max_message_bytes - RESPONSE_OVERHEAD_BYTES
+    if sum(sizes) > room:
+        i = max(range(len(sizes)), key=sizes.__getitem__)
+        raise InvalidArgument(
+            f"outputs[{i}].shape: at the profiled batch of {batch}, the outputs take {sum(sizes):,} bytes "
+            f"({outputs[i].name!r} {outputs[i].describe()}: {sizes[i]:,}), more than the {room:,} a response may "
+            f"carry (max_message_bytes {max_message_bytes:,} less {RESPONSE_OVERHEAD_BYTES:,}); declare smaller "
+            f"outputs, profile the app at a smaller batch or raise the server's max_message_bytes"
+        )
+
+
+def check_request_sizes(
+    app: str,
+    inputs: Sequence[TensorSpec],
+    input_shapes: Sequence[Sequence[int]],
+    wanted: Sequence[TensorSpec],
+    batch: int,
+    max_message_bytes: int,
+) -> int:
+    """A request's batch (the first dimension of the first input, when declared -1) is at
+    most the profiled ``batch``, and its outputs fit in one response; returns their bytes."""
+    if inputs and inputs[0].shape[0] == -1 and input_shapes[0][0] > batch:
+        raise InvalidArgument(
+            f"inputs: input {inputs[0].name!r} has a batch of {input_shapes[0][0]} (its first dimension), more "
+            f"than the batch of {batch} app {app!r} was profiled at; send at most {batch} per request"
+        )
+    first = input_shapes[0] if input_shapes else ()
+    total = sum(output_nbytes(s.datatype, _size(output_shape(s, first))) for s in wanted)
+    room = max_message_bytes - RESPONSE_OVERHEAD_BYTES
+    if total > room:
+        raise InvalidArgument(
+            f"outputs: this request's outputs would take {total:,} bytes, more than the {room:,} a response may "
+            f"carry (max_message_bytes {max_message_bytes:,}); send smaller inputs or ask for fewer outputs"
+        )
+    return total
+
+
+def _random_values(rng: np.random.Generator, datatype: str, n: int) -> bytes:
+    dtype = NUMPY_TYPES[datatype]
+    if datatype == "BOOL":
+        return (rng.random(n, dtype=np.float32) < 0.5).tobytes()
+    if datatype in ("FP32", "FP64"):
+        return rng.random(n, dtype=dtype).tobytes()
+    if datatype == "FP16":
+        return rng.random(n, dtype=np.float32).astype(dtype).tobytes()
+    return rng.integers(0, 100, n).astype(dtype).tobytes()  # integers and BF16 bits
+
+
 def make_outputs(
     app: str, inputs: Sequence[bytes], input_shapes: Sequence[Sequence[int]], wanted: Sequence[TensorSpec]
 ) -> list[tuple[TensorSpec, tuple[int, ...], bytes]]:
     """Deterministic outputs: (spec, shape, raw bytes) for each wanted output."""
+    return [(spec, shape, b"".join(chunks)) for spec, shape, chunks in output_chunks(app, inputs, input_shapes, wanted)]
+
+
+def output_chunks(
+    app: str, inputs: Sequence[bytes], input_shapes: Sequence[Sequence[int]], wanted: Sequence[TensorSpec]
+) -> list[tuple[TensorSpec, tuple[int, ...], list[bytes]]]:
+    """:func:`make_outputs` with each output's bytes as the pieces that, joined, are its
+    contents (a repeated block is the same object many times): a response built from them
+    copies the bytes once."""
     h = hashlib.blake2b(app.encode(), digest_size=16)
     for data in inputs:
         h.update(len(data).to_bytes(8, "little"))
@@ -239,13 +342,11 @@ def make_outputs(
         shape = output_shape(spec, first)
         n = _size(shape)
         if spec.datatype == "BYTES":
-            tag = digest[:6].hex().encode()
-            data = b"".join(struct.pack("<I", len(v)) + v for v in (tag + b":%d" % i for i in range(n)))
-        elif spec.datatype == "BOOL":
-            data = (rng.random(n) < 0.5).tobytes()
-        elif spec.datatype in ("FP16", "FP32", "FP64"):
-            data = rng.random(n).astype(NUMPY_TYPES[spec.datatype]).tobytes()
-        else:  # integers and BF16 bits
-            data = rng.integers(0, 100, n).astype(NUMPY_TYPES[spec.datatype]).tobytes()
-        result.append((spec, shape, data))
+            tag = digest[: BYTES_TAG // 2].hex().encode()
+            chunks = [b"".join(struct.pack("<I", len(v)) + v for v in (tag + b":%d" % i for i in range(n)))]
+        else:
+            block = _random_values(rng, spec.datatype, min(n, OUTPUT_BLOCK))
+            whole, rest = divmod(n, OUTPUT_BLOCK)
+            chunks = [block] * whole + [block[: rest * _element_bytes(spec.datatype)]] if whole else [block]
+        result.append((spec, shape, chunks))
     return result
