@@ -322,7 +322,7 @@ def infer_body(response: Any, call: InferCall) -> tuple[bytes, int | None]:
             entry["data"] = data
         outputs.append(entry)
     header["outputs"] = outputs
-    text = json.dumps(header).encode()
+    text = json.dumps(header, separators=(",", ":")).encode()
     if not chunks:
         return text, None
     return b"".join([text, *chunks]), len(text)
