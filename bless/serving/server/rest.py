@@ -134,8 +134,12 @@ def model_config(served: ServedApp, platform: str) -> dict[str, Any]:
     def tensors(specs):
         return [{"name": t.name, "data_type": triton_type(t.datatype), "dims": list(t.shape)} for t in specs]
 
-    registration = {"profile": spec.profile, "quota": f"{spec.quota:g}", "memory_bytes": spec.memory_bytes}
-    registration["slo"] = spec.slo
+    registration = {
+        "profile": spec.profile,
+        "quota": f"{spec.quota:g}",
+        "memory_bytes": spec.memory_bytes,
+        "slo": spec.slo,
+    }
     return {
         "name": spec.name,
         "platform": platform,
