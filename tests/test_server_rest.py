@@ -14,6 +14,7 @@ from server_helpers import code_of, infer_future, make_server, profile_dir, wait
 from tritonclient.utils import serialize_byte_tensor
 
 from bless.harness.config import ConfigError
+from bless.profiles.synthetic import synthetic_profile
 from bless.serving.client import BlessClient
 from bless.serving.server import ServerConfig
 from bless.serving.server.config import config_from_dict
@@ -246,10 +247,18 @@ def test_rest_and_grpc_share_one_serving_core(rest):
     assert (window.received, window.succeeded) == (3, 3)  # the rejected one never reached the scheduler
 
 
-def test_a_full_queue_is_503_as_in_triton(make_server):
+@pytest.fixture
+def second_long(profile_dir):
+    """An app profile whose requests take ~1 s: long enough for a test to act while one runs,
+    even on a loaded machine (the shared 'slow' profile's 0.1 s can pass between two polls)."""
+    synthetic_profile("second", n_kernels=10, mean_us=100_000.0, seed=4).save(profile_dir / "a100" / "second.json")
+    return "second"
+
+
+def test_a_full_queue_is_503_as_in_triton(make_server, second_long):
     server = make_server(http_port=0, max_queue=1)
     with BlessClient(server.address, token=server.token) as admin:
-        admin.register("s", "slow", "50%")
+        admin.register("s", second_long, "50%")
         first = infer_future(server.address, "s")
         wait_for(lambda: admin.stats("s").apps[0].running == 1, what="the first request on the GPU")
         r = httpx.post(url(server, "/v2/models/s/infer"), json=fp32_input(shape=[1, 16]), timeout=10)
@@ -258,10 +267,10 @@ def test_a_full_queue_is_503_as_in_triton(make_server):
         assert admin.stats("s").apps[0].rejected == 1
 
 
-def test_a_client_that_disconnects_cancels_its_queued_request(make_server):
+def test_a_client_that_disconnects_cancels_its_queued_request(make_server, second_long):
     server = make_server(http_port=0)
     with BlessClient(server.address, token=server.token) as admin:
-        admin.register("s", "slow", "50%")
+        admin.register("s", second_long, "50%")
         running = infer_future(server.address, "s")
         wait_for(lambda: admin.stats("s").apps[0].running == 1, what="the first request on the GPU")
         body = b'{"inputs": [{"name": "INPUT", "datatype": "FP32", "shape": [1, 16], "data": [%s]}]}' % b",".join(
