@@ -46,6 +46,7 @@ def make_server(tmp_path, profile_dir):
 
     def make(**config) -> BlessServer:
         config.setdefault("grpc_port", 0)
+        config.setdefault("http_port", -1)  # REST off unless a test asks (tests/test_server_rest.py)
         config.setdefault("metrics_port", 0)
         config.setdefault("state_dir", tmp_path / "state")
         config.setdefault("shutdown_grace", 1.0)

@@ -54,9 +54,9 @@ needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="need
 
 
 @needs_openssl
-def test_tls_round_trip_on_grpc_and_metrics(make_server, tmp_path):
+def test_tls_round_trip_on_grpc_rest_and_metrics(make_server, tmp_path):
     cert, key = self_signed(tmp_path, "server")
-    server = make_server(tls_cert=cert, tls_key=key, admin_token=TOKEN)
+    server = make_server(tls_cert=cert, tls_key=key, admin_token=TOKEN, http_port=0)
     trusted = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
     with BlessClient(server.address, token=TOKEN, timeout=10, credentials=trusted) as c:
         c.register("a", "quick", "50%")
@@ -67,6 +67,10 @@ def test_tls_round_trip_on_grpc_and_metrics(make_server, tmp_path):
     ctx = ssl.create_default_context(cafile=cert)
     with urllib.request.urlopen(f"https://127.0.0.1:{server.metrics_port}/metrics", context=ctx, timeout=10) as r:
         assert b"bless_requests_total" in r.read()
+    with urllib.request.urlopen(f"https://127.0.0.1:{server.http_port}/v2/health/ready", context=ctx, timeout=10) as r:
+        assert r.status == 200
+    with pytest.raises(OSError):  # no clear text on the TLS REST port either
+        urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/v2/health/ready", timeout=5).read()
 
 
 @needs_openssl

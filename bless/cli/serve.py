@@ -17,6 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("config", type=Path, nargs="?", help="server config (YAML); see bless/serving/server/config.py")
     p.add_argument("--host", help="listen address (default 127.0.0.1: this machine only)")
+    p.add_argument("--http-port", type=int, help="OIP v2 REST port (default 8000; 0: any free port; -1: off)")
     p.add_argument("--grpc-port", type=int, help="gRPC port for inference and admin (default 8001; 0: any free port)")
     p.add_argument("--metrics-port", type=int, help="Prometheus port (default 8002; 0: any free port; -1: off)")
     p.add_argument("--gpu", help="GPU model (default a100; see bless gpus)")
@@ -96,6 +97,7 @@ def serve(args: argparse.Namespace) -> int:
     cfg = load_server_config(args.config) if args.config else ServerConfig()
     cfg = cfg.replace(
         host=args.host,
+        http_port=args.http_port,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
         gpu=args.gpu,
@@ -123,9 +125,10 @@ def serve(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
     scheme = "https" if cfg.tls_cert else "http"
     metrics = f"{scheme}://{cfg.host}:{server.metrics_port}/metrics" if server.metrics_port is not None else "off"
+    rest = f"{scheme}://{server.http_address}/v2" if server.http_port is not None else "off"
     print(
         f"bless serving on {server.address} ({'TLS' if cfg.tls_cert else 'no TLS'}; OIP v2 inference, bless.admin.v1); "
-        f"metrics {metrics}; "
+        f"REST {rest}; metrics {metrics}; "
         f"admin token from {server.token_source}; state in {cfg.state_dir}",
         flush=True,
     )

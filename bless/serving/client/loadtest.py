@@ -46,7 +46,8 @@ class ServeProcess:
         if profile_path is not None:
             env["BLESS_PROFILE_PATH"] = str(profile_path)
         self.state = Path(state_dir)
-        args = ["--grpc-port", "0", "--metrics-port", "0", "--state-dir", str(self.state), "--log-level", "WARNING"]
+        ports = ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
+        args = [*ports, "--state-dir", str(self.state), "--log-level", "WARNING"]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bless.cli", "serve", *args, *extra],
             stdout=subprocess.PIPE,

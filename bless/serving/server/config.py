@@ -2,7 +2,8 @@
 
 Example (every key optional)::
 
-    host: 127.0.0.1          # listen address of both ports
+    host: 127.0.0.1          # listen address of every port
+    http_port: 8000          # OIP v2 REST inference (0: any free port, -1: off)
     grpc_port: 8001          # OIP inference + admin API (0: any free port)
     metrics_port: 8002       # Prometheus /metrics (0: any free port, -1: off)
     gpu: a100                # GPU model (bless gpus)
@@ -65,6 +66,7 @@ def default_state_dir() -> Path:
 @dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"
+    http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
     gpu: str = "a100"
@@ -94,9 +96,9 @@ class ServerConfig:
         def bad(key: str, want: str, got: Any) -> ConfigError:
             return ConfigError(f"{key}: expected {want}, got {got!r}")
 
-        for key in ("grpc_port", "metrics_port"):
+        for key in ("http_port", "grpc_port", "metrics_port"):
             v = getattr(self, key)
-            lo = -1 if key == "metrics_port" else 0
+            lo = 0 if key == "grpc_port" else -1
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= 65535:
                 raise bad(key, f"a port number (0: any free port{', -1: off' if lo < 0 else ''})", v)
         try:

@@ -1,8 +1,9 @@
-"""One bless server for one GPU: the serving loop, the gRPC services, the metrics endpoint.
+"""One bless server for one GPU: the serving loop, the gRPC services, the REST API, the metrics endpoint.
 
 Threads: the serving loop (:mod:`bless.serving.server.core`), one asyncio thread for
-the gRPC server (both services, generic handlers), and Prometheus' HTTP
-thread.  :meth:`BlessServer.start` returns once every port is bound;
+the gRPC server (both services, generic handlers), uvicorn's thread for the OIP v2
+REST API (:mod:`bless.serving.server.rest`, the same inference service over HTTP),
+and Prometheus' HTTP thread.  :meth:`BlessServer.start` returns once every port is bound;
 :meth:`BlessServer.stop` is the graceful shutdown (also what SIGTERM does
 under ``bless serve``).
 """
@@ -26,6 +27,7 @@ from bless.serving.server.core import ServingCore
 from bless.serving.server.errors import StartupError
 from bless.serving.server.inference import InferenceService
 from bless.serving.server.metrics import ServerMetrics
+from bless.serving.server.rest import RestServer
 from bless.serving.server.security import (
     TOKEN_FILE,
     AuthGuard,
@@ -94,6 +96,7 @@ class BlessServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.grpc_port: int | None = None
+        self.http_port: int | None = None
         self.metrics_port: int | None = None
         self.token = ""
         self.token_source = ""
@@ -104,6 +107,7 @@ class BlessServer:
         self._loop_thread: threading.Thread | None = None
         self._grpc: grpc.aio.Server | None = None
         self._httpd = None
+        self._rest: RestServer | None = None
         self._store: StateStore | None = None
         self._stopped = threading.Event()
 
@@ -111,6 +115,11 @@ class BlessServer:
     def address(self) -> str:
         """host:port of the gRPC services."""
         return _address(self.config.host, self.grpc_port)
+
+    @property
+    def http_address(self) -> str:
+        """host:port of the OIP v2 REST API (what ``tritonclient.http`` takes)."""
+        return _address(self.config.host, self.http_port)
 
     def start(self) -> BlessServer:
         cfg = self.config
@@ -137,6 +146,15 @@ class BlessServer:
             self._loop_thread.start()
             platform = f"bless_{backend.name}"
             self.grpc_port = asyncio.run_coroutine_threadsafe(self._start_grpc(platform), self._loop).result()
+            if cfg.http_port >= 0:
+                rest = InferenceService(self.core, platform)  # stateless: the core is what both front ends share
+                tls = (
+                    (str(cfg.tls_cert), str(cfg.tls_key), cfg.tls_client_ca and str(cfg.tls_client_ca))
+                    if ssl_context
+                    else None
+                )
+                self._rest = RestServer(rest, cfg.host, cfg.http_port, cfg.max_message_bytes, tls).start()
+                self.http_port = self._rest.port
             if cfg.metrics_port >= 0:
                 try:
                     self._httpd = ServerMetrics(self.core.stats).serve(cfg.host, cfg.metrics_port, ssl_context)
@@ -151,10 +169,11 @@ class BlessServer:
             self._release(grace=0.0)
             raise
         log.info(
-            "serving %s on %s (%s; metrics port %s, state %s)",
+            "serving %s on %s (%s; REST port %s, metrics port %s, state %s)",
             backend.describe(),
             self.address,
             "TLS" if ssl_context else "no TLS",
+            self.http_port,
             self.metrics_port,
             cfg.state_dir,
         )
@@ -207,6 +226,8 @@ class BlessServer:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._loop_thread.join()
             self._loop.close()
+        if self._rest is not None:
+            self._rest.stop()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()

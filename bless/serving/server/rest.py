@@ -1,0 +1,414 @@
+"""The OIP v2 REST API (KServe's HTTP/REST protocol as Triton serves it), on its own port.
+
+Endpoints: ``GET /v2/health/live``, ``/v2/health/ready``, ``/v2`` (server metadata),
+``/v2/models/{name}`` (metadata), ``.../ready``, ``.../config`` (Triton's model
+configuration), ``.../stats`` (Triton's statistics; ``/v2/models/stats`` for every
+model), ``POST .../infer`` and Triton's ``POST /v2/repository/index``; each model path
+also as ``/v2/models/{name}/versions/{version}/...`` (version ``1`` only).
+
+**One serving path.**  Every handler calls the same :class:`InferenceService` methods
+the gRPC server calls, with the same protobuf messages (built by
+:mod:`bless.serving.server.rest_codec`), so a REST request is validated, queued,
+scheduled and counted exactly like a gRPC one.  Those methods do not use their gRPC
+context; REST passes ``None``.  Only the model configuration and the repository
+index, which the gRPC service does not serve, read the serving core directly.
+
+**Stack: Starlette on uvicorn**, the ASGI pair under KServe's Python model server and
+Seldon's MLServer (both via FastAPI, which is Starlette plus request models).
+Starlette alone, because the binary tensor extension needs the raw body (a JSON
+header, then bytes) and errors must be Triton's ``{"error": "..."}``, not
+FastAPI's generated 422 bodies.  uvicorn runs its own asyncio loop in its own
+thread, on a socket bound before :meth:`RestServer.start` returns, so a port
+in use is an error at start, as for gRPC; a slow JSON encoding does not hold up
+the gRPC loop's event handling.
+
+**Status codes** are Triton's (its HTTP server's ``HttpCodeFromError``): invalid
+request 400, unknown model or version 404, unavailable 503, internal 500 (a
+kernel fault), not ready 400 on the health and model-ready endpoints.  Triton has
+no code for a full queue other than UNAVAILABLE ("Exceeds maximum queue size",
+503); bless's gRPC answers RESOURCE_EXHAUSTED there and REST answers 503, like
+Triton, not 429.  Codes Triton lacks follow google.rpc.Code's HTTP mapping:
+ABORTED (the app was unregistered while the request waited) 409.  Errors are
+JSON ``{"error": message}``; an unexpected exception is logged and answered 500
+with its repr, never a traceback.
+
+**Cancellation**: a client that disconnects while its request waits cancels it,
+as a gRPC cancellation does (the job is withdrawn from its queue; one already on
+the GPU runs to the end and counts as cancelled).
+
+Inference is unauthenticated, like gRPC inference; the admin API is gRPC only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+import ssl
+import threading
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import grpc
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from bless.serving.api import oip
+from bless.serving.server.errors import InvalidArgument, ServiceError
+from bless.serving.server.inference import MODEL_VERSION, InferenceService, check_version
+from bless.serving.server.jobs import ServedApp
+from bless.serving.server.rest_codec import HEADER_LENGTH, infer_body, infer_call, message_json, split_body
+
+log = logging.getLogger("bless.serving.server")
+T = TypeVar("T")
+
+HTTP_STATUS: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.ALREADY_EXISTS: 400,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.INTERNAL: 500,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 503,
+}
+"""The HTTP status of each service error (see the module docstring for why each)."""
+NOT_READY = 400
+"""Triton's answer to a health or model-ready probe that is not ready."""
+CLIENT_GONE = 499
+"""Logged for a request whose client disconnected (nginx's code; nobody reads the answer)."""
+
+REST_EXTENSIONS = ("binary_tensor_data", "model_configuration")
+"""Extensions the REST front end adds to the inference service's (Triton's names)."""
+
+DECOMPRESSORS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+"""Request ``Content-Encoding`` tritonclient can send, as zlib window bits (gzip framing, zlib framing)."""
+
+STOP_GRACE = 2.0
+"""Seconds uvicorn lets answered responses finish sending when the server stops (as gRPC's)."""
+START_TIMEOUT = 10.0
+"""Seconds to wait for uvicorn's loop to start serving the bound socket (it takes milliseconds)."""
+START_POLL = 0.005
+"""Seconds between checks that uvicorn has started."""
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _endpoint(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """Answer a service error with its status and ``{"error": ...}``; anything else is a logged 500."""
+
+    async def call(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except ServiceError as e:
+            return _error(HTTP_STATUS.get(e.code, 500), str(e))
+        except HTTPException as e:
+            return _error(e.status_code, e.detail)
+        except Exception as e:
+            log.exception("REST %s %s failed", request.method, request.url.path)
+            return _error(500, f"{request.method} {request.url.path} failed in the server: {e!r}")
+
+    return call
+
+
+def triton_type(datatype: str) -> str:
+    """An OIP datatype as Triton's model configuration names it."""
+    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
+
+
+def model_config(served: ServedApp, platform: str) -> dict[str, Any]:
+    """An app as a Triton model configuration (JSON): no batching, the declared tensors (the full
+    shape, -1 any size), and its bless registration as string parameters."""
+    spec = served.spec
+
+    def tensors(specs):
+        return [{"name": t.name, "data_type": triton_type(t.datatype), "dims": list(t.shape)} for t in specs]
+
+    registration = {
+        "profile": spec.profile,
+        "quota": f"{spec.quota:g}",
+        "memory_bytes": spec.memory_bytes,
+        "slo": spec.slo,
+    }
+    return {
+        "name": spec.name,
+        "platform": platform,
+        "version_policy": {"specific": {"versions": [int(MODEL_VERSION)]}},
+        "max_batch_size": 0,
+        "input": tensors(spec.inputs),
+        "output": tensors(spec.outputs),
+        "parameters": {f"bless_{k}": {"string_value": str(v)} for k, v in registration.items()},
+    }
+
+
+async def _disconnected(receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    """Return when the client goes away (after the body is read, uvicorn's ``receive`` waits for that)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_disconnected(request: Request, work: Coroutine[Any, Any, T]) -> T | None:
+    """Run ``work``; if the client disconnects first, cancel it (the service then withdraws the
+    request from the scheduler) and return None."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return None
+    return task.result()
+
+
+class RestApi:
+    """The endpoints, over one :class:`InferenceService`; :meth:`app` is the ASGI application."""
+
+    def __init__(self, service: InferenceService, max_body: int) -> None:
+        self.service = service
+        self.max_body = max_body
+
+    def app(self) -> Starlette:
+        def model_routes(suffix: str, endpoint, methods: list[str]) -> list[Route]:
+            return [
+                Route(f"/v2/models/{{model}}{suffix}", _endpoint(endpoint), methods=methods),
+                Route(f"/v2/models/{{model}}/versions/{{version}}{suffix}", _endpoint(endpoint), methods=methods),
+            ]
+
+        routes = [
+            Route("/v2/health/live", _endpoint(self.live), methods=["GET"]),
+            Route("/v2/health/ready", _endpoint(self.ready), methods=["GET"]),
+            Route("/v2", _endpoint(self.server_metadata), methods=["GET"]),
+            Route("/v2/models/stats", _endpoint(self.statistics), methods=["GET"]),
+            Route("/v2/repository/index", _endpoint(self.repository_index), methods=["POST"]),
+            *model_routes("", self.model_metadata, ["GET"]),
+            *model_routes("/ready", self.model_ready, ["GET"]),
+            *model_routes("/config", self.model_config, ["GET"]),
+            *model_routes("/stats", self.statistics, ["GET"]),
+            *model_routes("/infer", self.infer, ["POST"]),
+        ]
+
+        async def no_route(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, HTTPException)
+            if exc.status_code == 404:
+                return _error(404, f"no endpoint {request.url.path}; the OIP v2 REST API is under /v2")
+            return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
+
+        return Starlette(routes=routes, exception_handlers={HTTPException: no_route})
+
+    # ---------------------------------------------------------------- health and metadata
+    async def live(self, request: Request) -> Response:
+        live = (await self.service.server_live(oip.ServerLiveRequest(), None)).live
+        return Response() if live else _error(NOT_READY, "the server is not live")
+
+    async def ready(self, request: Request) -> Response:
+        if (await self.service.server_ready(oip.ServerReadyRequest(), None)).ready:
+            return Response()
+        why = self.service.core.failure or "it is starting or shutting down"
+        return _error(NOT_READY, f"the server is not ready: {why}")
+
+    async def server_metadata(self, request: Request) -> Response:
+        body = message_json(await self.service.server_metadata(oip.ServerMetadataRequest(), None))
+        body["extensions"] = list(dict.fromkeys([*body["extensions"], *REST_EXTENSIONS]))
+        return JSONResponse(body)
+
+    @staticmethod
+    def _model(request: Request) -> tuple[str, str]:
+        return request.path_params["model"], request.path_params.get("version", "")
+
+    async def model_metadata(self, request: Request) -> Response:
+        name, version = self._model(request)
+        response = await self.service.model_metadata(oip.ModelMetadataRequest(name=name, version=version), None)
+        return JSONResponse(message_json(response))
+
+    async def model_ready(self, request: Request) -> Response:
+        name, version = self._model(request)
+        response = await self.service.model_ready(oip.ModelReadyRequest(name=name, version=version), None)
+        if response.ready:
+            return Response()
+        return _error(
+            NOT_READY, f"model {name!r} is not ready: unknown, not version {MODEL_VERSION}, or the server is not ready"
+        )
+
+    async def model_config(self, request: Request) -> Response:
+        name, version = self._model(request)
+        served = self.service.core.lookup(name)
+        check_version(name, version)
+        return JSONResponse(model_config(served, self.service.platform))
+
+    async def statistics(self, request: Request) -> Response:
+        name, version = request.path_params.get("model", ""), request.path_params.get("version", "")
+        response = await self.service.model_statistics(oip.ModelStatisticsRequest(name=name, version=version), None)
+        return JSONResponse(message_json(response))
+
+    async def repository_index(self, request: Request) -> Response:
+        body = await self._body(request)
+        try:
+            query = json.loads(body) if body.strip() else {}
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InvalidArgument(f"request body: not valid JSON: {e}") from None
+        if not isinstance(query, dict) or not isinstance(query.get("ready", False), bool):
+            raise InvalidArgument('request body: expected {} or {"ready": true|false}')
+        state = "READY" if self.service.core.ready else "UNAVAILABLE"
+        if query.get("ready") and state != "READY":
+            return JSONResponse([])
+        return JSONResponse(
+            [{"name": a.name, "version": MODEL_VERSION, "state": state} for a in self.service.core.apps()]
+        )
+
+    # ---------------------------------------------------------------- inference
+    async def infer(self, request: Request) -> Response:
+        name, version = self._model(request)
+        self.service.core.lookup(name)  # an unknown model is a 404 before its body is read, as in Triton
+        check_version(name, version)
+        header, binary = split_body(await self._body(request), request.headers.get(HEADER_LENGTH))
+        call = infer_call(name, version, header, binary)
+        response = await _unless_disconnected(request, self.service.model_infer(call.request, None))
+        if response is None:
+            return Response(status_code=CLIENT_GONE)
+        content, json_length = infer_body(response, call)
+        if json_length is None:
+            return Response(content, media_type="application/json")
+        return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(json_length)})
+
+    async def _body(self, request: Request) -> bytes:
+        """The request body, decompressed, at most ``max_body`` bytes (gRPC's message limit)."""
+        too_large = HTTPException(
+            413, f"request body: more than {self.max_body} bytes, the server's limit; send smaller requests"
+        )
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body:
+            raise too_large
+        chunks, size = [], 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > self.max_body:
+                    raise too_large
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise HTTPException(400, "request body: the client disconnected before sending all of it") from None
+        body = b"".join(chunks)
+        encoding = request.headers.get("content-encoding", "identity").lower()
+        if encoding == "identity":
+            return body
+        if encoding not in DECOMPRESSORS:
+            raise InvalidArgument(f"Content-Encoding header: {encoding!r} is not supported; use gzip, deflate or none")
+        inflate = zlib.decompressobj(DECOMPRESSORS[encoding])
+        try:
+            body = inflate.decompress(body, self.max_body + 1)
+        except zlib.error as e:
+            raise InvalidArgument(f"request body: not valid {encoding} data ({e})") from None
+        if len(body) > self.max_body or inflate.unconsumed_tail:
+            raise too_large
+        return body
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: any free one)."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise OSError(f"cannot listen on {where} ({e}); check the host") from None
+    try:
+        # As uvicorn's own bind: a restart may take the port while old connections sit in
+        # TIME_WAIT; another live listener still makes bind fail.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen()
+    except OSError as e:
+        sock.close()
+        raise OSError(
+            f"cannot listen on {where} ({e.strerror}); is another server using the port? "
+            f"(http_port: 0 picks a free one, -1 turns the REST API off)"
+        ) from None
+    return sock
+
+
+class RestServer:
+    """uvicorn serving :class:`RestApi` in its own thread: :meth:`start` returns once the port
+    is bound and served, :meth:`stop` lets answered responses finish sending."""
+
+    def __init__(
+        self,
+        service: InferenceService,
+        host: str,
+        port: int,
+        max_body: int,
+        tls: tuple[str, str, str | None] | None = None,
+    ) -> None:
+        """``tls``: the certificate, key and optional client CA files (already checked by
+        :func:`bless.serving.server.security.http_ssl_context`), or None for plain HTTP."""
+        self._api = RestApi(service, max_body)
+        self._tls = tls
+        self.host = host
+        self.requested_port = port
+        self.port: int | None = None
+        self._sock: socket.socket | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> RestServer:
+        self._sock = _listen(self.host, self.requested_port)
+        self.port = self._sock.getsockname()[1]
+        config = uvicorn.Config(
+            self._api.app(),
+            lifespan="off",
+            log_config=None,  # the process's logging stays as `bless serve` set it up
+            log_level=logging.WARNING,  # our own banner says where REST is served
+            access_log=False,
+            timeout_graceful_shutdown=STOP_GRACE,
+            **_uvicorn_tls(self._tls),
+        )
+        server = self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [self._sock]}, name="bless-rest", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise OSError(f"the REST server on port {self.port} did not start (see the log)")
+            self._thread.join(START_POLL)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join()
+        if self._sock is not None:
+            self._sock.close()
+
+
+def _uvicorn_tls(tls: tuple[str, str, str | None] | None) -> dict:
+    """uvicorn's TLS settings for the certificate, key and client CA (mutual TLS when given)."""
+    if tls is None:
+        return {}
+    cert, key, client_ca = tls
+    settings = {"ssl_certfile": cert, "ssl_keyfile": key}
+    if client_ca is not None:
+        settings |= {"ssl_ca_certs": client_ca, "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    return settings
