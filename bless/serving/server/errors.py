@@ -49,3 +49,9 @@ class KernelFault(ServiceError):
     """A kernel of the request faulted on the GPU (only this request failed)."""
 
     code = grpc.StatusCode.INTERNAL
+
+
+class Unimplemented(ServiceError):
+    """A protocol call that does not apply to bless (the message says why and what to use instead)."""
+
+    code = grpc.StatusCode.UNIMPLEMENTED

@@ -8,51 +8,74 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 
-from bless.serving.api import methods
+from bless.serving.api import Method, methods
 from bless.serving.server.errors import ServiceError
 
 log = logging.getLogger("bless.serving.server")
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+StreamHandler = Callable[[AsyncIterator[Any], grpc.aio.ServicerContext], AsyncIterator[Any]]
+"""A bidirectional-streaming method: the request stream in, an async generator of answers out."""
+
+
+async def _abort(name: str, error: Exception, context: grpc.aio.ServicerContext) -> None:
+    """Answer a :class:`ServiceError` with its status code; anything else is INTERNAL and logged."""
+    if isinstance(error, ServiceError):
+        await context.abort(error.code, str(error))
+    log.error("%s failed", name, exc_info=error)
+    await context.abort(grpc.StatusCode.INTERNAL, f"{name} failed in the server: {error!r}")
 
 
 def _guarded(name: str, fn: Handler) -> Handler:
-    """Answer a :class:`ServiceError` with its status code; anything else is INTERNAL and logged."""
-
     @functools.wraps(fn)
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             return await fn(request, context)
-        except ServiceError as e:
-            await context.abort(e.code, str(e))
         except grpc.aio.AbortError:
             raise
         except Exception as e:
-            log.exception("%s failed", name)
-            await context.abort(grpc.StatusCode.INTERNAL, f"{name} failed in the server: {e!r}")
+            await _abort(name, e, context)
 
     return call
 
 
-def generic_handler(service: str, implementations: dict[str, Handler]) -> grpc.GenericRpcHandler:
-    """A handler for every method of ``service``; each must have an implementation."""
+def _guarded_stream(name: str, fn: StreamHandler) -> StreamHandler:
+    @functools.wraps(fn)
+    async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            async for answer in fn(requests, context):
+                yield answer
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            await _abort(name, e, context)
+
+    return call
+
+
+def _method_handler(service: str, spec: Method, fn: Any) -> grpc.RpcMethodHandler:
+    name = f"{service}/{spec.name}"
+    codec = {"request_deserializer": spec.request.FromString, "response_serializer": spec.response.SerializeToString}
+    if spec.client_streaming and spec.server_streaming:
+        return grpc.stream_stream_rpc_method_handler(_guarded_stream(name, fn), **codec)
+    if spec.client_streaming or spec.server_streaming:
+        raise ValueError(f"{name}: only unary and bidirectional-streaming methods are supported")
+    return grpc.unary_unary_rpc_method_handler(_guarded(name, fn), **codec)
+
+
+def generic_handler(service: str, implementations: dict[str, Handler | StreamHandler]) -> grpc.GenericRpcHandler:
+    """A handler for every method of ``service``; each must have an implementation
+    (a :data:`Handler`, or a :data:`StreamHandler` for a bidirectional stream)."""
     specs = methods(service)
     missing = sorted(set(specs) - set(implementations))
     if missing:
         raise ValueError(f"{service}: no implementation for {', '.join(missing)}")
     return grpc.method_handlers_generic_handler(
         service,
-        {
-            name: grpc.unary_unary_rpc_method_handler(
-                _guarded(f"{service}/{name}", implementations[name]),
-                request_deserializer=spec.request.FromString,
-                response_serializer=spec.response.SerializeToString,
-            )
-            for name, spec in specs.items()
-        },
+        {name: _method_handler(service, spec, implementations[name]) for name, spec in specs.items()},
     )
