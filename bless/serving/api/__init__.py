@@ -111,8 +111,8 @@ class Method:
     path: str
     request: type[Message]
     response: type[Message]
-    client_streaming: bool = False
-    server_streaming: bool = False
+    client_streaming: bool
+    server_streaming: bool
 
 
 def methods(service: str) -> dict[str, Method]:
