@@ -143,3 +143,32 @@ def test_failed_requests_are_counted_and_kept_out_of_the_latencies():
     assert np.isfinite(hit.latencies).all() and len(hit.latencies) == hit.completed
     assert neighbour.failed == 0 and neighbour.completed == neighbour.submitted
     assert hit.summary()["failed"] == 2
+
+
+def test_tables_piped_to_a_file_are_not_cut(tmp_path, capsys):
+    """Output that is not a terminal (a pipe, a CI log) gets every digit of every cell:
+    rich alone would assume 80 columns and print the ISO target as ``13.…``."""
+    from bless.cli import main
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(
+        "gpu: a100\nduration: 0.2\napps:\n"
+        "  - {app: resnet50, quota: 50%, load: B}\n  - {app: bert, quota: 50%, load: B}\n"
+    )
+    assert main(["run", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out
+    assert "13.17" in out  # resnet50's ISO target at 50 % on the A100, whole
+
+
+def test_set_overrides_name_the_key_instead_of_crashing(tmp_path, capsys):
+    """``--set policy.x=1`` on a config whose policy is a plain name is a one-line error."""
+    from bless.cli import main
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("gpu: a100\nduration: 0.05\npolicy: bless\napps:\n  - {app: resnet50, quota: 50%, load: B}\n")
+    assert main(["run", str(cfg), "--set", "policy.window=0.002"]) == 2
+    err = capsys.readouterr().err
+    assert "'policy' is 'bless', not a mapping" in err and "Traceback" not in err
+    assert main(["run", str(cfg), "--set", "apps.3.quota=20%"]) == 2
+    assert "needs an index below 1" in capsys.readouterr().err

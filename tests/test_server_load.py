@@ -4,84 +4,17 @@ shuts down cleanly.  Prints the server overhead per request and the throughput."
 
 from __future__ import annotations
 
-import os
-import queue
 import re
-import signal
-import subprocess
-import sys
-import threading
-import time
 import urllib.request
-from pathlib import Path
 
-import numpy as np
 import pytest
-import tritonclient.grpc as triton
 
 from bless.harness.config import config_from_dict
 from bless.harness.loads import parse_load
 from bless.harness.run import run_config
 from bless.profiles.synthetic import synthetic_profile
 from bless.serving.client import AppLoad, BlessClient, replay
-from bless.serving.server.server import state_token
-
-
-class ServeProcess:
-    """``bless serve`` on free ports in a child process."""
-
-    def __init__(self, tmp: Path, profiles: Path) -> None:
-        env = dict(os.environ, BLESS_PROFILE_PATH=str(profiles))
-        self.state = tmp / "state"
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bless.cli",
-                "serve",
-                "--grpc-port",
-                "0",
-                "--metrics-port",
-                "0",
-                "--state-dir",
-                str(self.state),
-                "--shutdown-grace",
-                "5",
-                "--log-level",
-                "WARNING",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        banner = self.wait_for_line("bless serving on", timeout=60)
-        self.address = re.search(r"serving on (\S+) ", banner).group(1)
-        self.metrics_url = re.search(r"metrics (\S+);", banner).group(1)
-        self.token = state_token(self.state)
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.put(line)
-
-    def wait_for_line(self, text: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.1)
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            if text in line:
-                return line
-        raise AssertionError(f"bless serve did not print {text!r} (exit code {self.proc.poll()})")
-
-    def terminate(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=30)
+from bless.serving.client.loadtest import ServeProcess, hammer, percentiles
 
 
 @pytest.fixture
@@ -91,15 +24,9 @@ def serve(tmp_path, monkeypatch):
     synthetic_profile("tiny", n_kernels=8, mean_us=25, seed=7).save(profiles / "tiny.json")
     synthetic_profile("cmpa", n_kernels=40, mean_us=400, seed=11).save(profiles / "cmpa.json")
     synthetic_profile("cmpb", n_kernels=60, mean_us=280, seed=12).save(profiles / "cmpb.json")
-    server = ServeProcess(tmp_path, profiles.parent)
+    server = ServeProcess(tmp_path / "state", profiles.parent, "--shutdown-grace", "5")
     yield server
-    if server.proc.poll() is None:
-        server.proc.kill()
-        server.proc.wait()
-
-
-def _percentiles(x: np.ndarray) -> str:
-    return f"p50 {np.percentile(x, 50) * 1e3:.3f} ms, p99 {np.percentile(x, 99) * 1e3:.3f} ms"
+    server.kill()
 
 
 @pytest.mark.slow
@@ -109,63 +36,16 @@ def test_8_clients_10000_requests_none_lost(serve):
     with BlessClient(serve.address, token=serve.token) as admin:
         for app in apps:
             admin.register(app, "tiny", "25%")
-    samples: list[tuple[str, float, float, float, float]] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def client(i: int) -> None:
-        app = apps[i % len(apps)]
-        c = triton.InferenceServerClient(serve.address)
-        x = triton.InferInput("INPUT", [1, 16], "FP32")
-        x.set_data_from_numpy(np.full((1, 16), i, dtype=np.float32))
-        for _ in range(total // clients):
-            t0 = time.perf_counter()
-            try:
-                r = c.infer(app, [x])
-            except triton.InferenceServerException as e:
-                with lock:
-                    errors.append(str(e.status()))
-                continue
-            e2e = time.perf_counter() - t0
-            p = r.get_response().parameters
-            with lock:
-                samples.append(
-                    (
-                        app,
-                        e2e,
-                        p["bless_latency_seconds"].double_param,
-                        p["bless_compute_seconds"].double_param,
-                        p["bless_sync_wait_seconds"].double_param,
-                    )
-                )
-
-    start = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    wall = time.perf_counter() - start
-    assert len(samples) + len(errors) == total  # every request answered, OK or with an explicit status
+    load = hammer(serve.address, apps, clients, total)
     with BlessClient(serve.address) as c:
         stats = c.stats()
     assert sum(a.received for a in stats.apps) == total  # none lost on the way in
-    assert sum(a.succeeded for a in stats.apps) == len(samples)
+    assert sum(a.succeeded for a in stats.apps) == len(load.end_to_end)
     assert sum(a.queued + a.running for a in stats.apps) == 0
-    assert not errors, f"errors: {errors[:5]}"
-
-    e2e = np.array([s[1] for s in samples])
-    server_side = np.array([s[2] + s[4] for s in samples])  # arrival to the host seeing the last kernel end
-    compute = np.array([s[3] for s in samples])
-    print(
-        f"\nload: {clients} clients, {total} requests in {wall:.1f} s = {total / wall:.0f} req/s; "
-        f"GPU utilisation {stats.gpu.utilisation:.1%}, {stats.gpu.squads} squads"
-    )
-    print(f"end to end: {_percentiles(e2e)}; simulated GPU time (compute): {_percentiles(compute)}")
-    print(f"server overhead, end to end minus simulated GPU time: {_percentiles(e2e - compute)}")
-    print(
-        f"  of which gRPC + serving stack (minus queueing for the GPU and squad sync): {_percentiles(e2e - server_side)}"
-    )
+    assert not load.errors, f"errors: {load.errors[:5]}"
+    print(f"\nload: {clients} clients, {total} requests in {load.wall:.1f} s = {load.throughput:.0f} req/s")
+    print(f"end to end: {percentiles(load.end_to_end)}; GPU time: {percentiles(load.compute)}")
+    print(f"overhead (end to end minus GPU time): {percentiles(load.overhead)}; stack: {percentiles(load.stack)}")
     assert serve.terminate() == 0
 
 

@@ -264,7 +264,7 @@ class TraceRecorder:
         counts on from its request's first plan in the decision.
         """
         nxt: dict[Any, int] = {}
-        for p in decision.plans:
+        for p in decision.launches:
             nxt[p.request] = min(nxt.get(p.request, p.start), p.start)
         runs = []
         for run in launches:

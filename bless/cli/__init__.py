@@ -12,10 +12,31 @@ import argparse
 import importlib
 import pkgutil
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+PIPE_WIDTH = 200
+"""Columns of output that goes to a pipe, a file or a CI log rather than a terminal.
+
+rich would assume 80 and cut table cells to fit (``13.…``); a reader of a
+log has no terminal to fit, so tables get room for every digit instead."""
 
 
 class UserError(Exception):
     """A mistake in what the user asked for; printed without a traceback."""
+
+
+def make_console(min_width: int = 0) -> Console:
+    """Where a command prints: the terminal at its width (at least ``min_width``),
+    anything else at :data:`PIPE_WIDTH`."""
+    from rich.console import Console
+
+    out = Console()
+    width = max(out.width if out.is_terminal else PIPE_WIDTH, min_width)
+    return out if width == out.width else Console(width=width)
 
 
 def build_parser() -> argparse.ArgumentParser:

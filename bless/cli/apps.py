@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from bless.cli import make_console
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("apps", help="list apps (torch models) and build their CUDA kernels and launch plans")
@@ -24,7 +26,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from bless.build.compiler import cached_plan_path
@@ -37,7 +38,7 @@ def run_list(args: argparse.Namespace) -> int:
     for name, app in sorted(available().items()):
         built = ["yes" if cached_plan_path(app, g).is_file() else "-" for g in GPUS]
         table.add_row(name, str(app.batch), str(app.training_batch), *built, str(app.source), app.description)
-    Console().print(table)
+    make_console().print(table)
     return 0
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from bless.cli import make_console
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -41,11 +43,10 @@ def _profiles(names: list[str], gpu: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
     from bless.harness.bench import bench_overhead, bench_policy_step, bench_sim
 
-    console = Console()
+    console = make_console()
     profiles = _profiles(args.apps, args.gpu)
     names = ", ".join(p.app for p in profiles)
     if args.what == "sim":

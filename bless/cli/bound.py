@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bless.cli import make_console
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -23,7 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from bless.cli.run import apply_override
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     iso_mean = sum(a.iso_latency for a in result.apps) / len(result.apps)
     table.add_section()
     table.add_row("mean over apps", "", "", "", "", f"{iso_mean * 1e3:.3f}", f"{result.mean * 1e3:.3f}")
-    console = Console()
+    console = make_console()
     console.print(table)
     console.print(
         f"reqs: measured requests of an open loop ({cfg.warmup:g}-{cfg.duration:g} s, arrivals as the "

@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from bless.cli import make_console
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("client", help="talk to a running bless server: register apps, infer, replay loads, stats")
@@ -126,11 +128,10 @@ def _ms(x: float) -> str:
 
 def client(args: argparse.Namespace) -> int:
     import grpc
-    from rich.console import Console
 
     from bless.serving.client import BlessClient
 
-    console = Console()
+    console = make_console()
     with BlessClient(args.server, token=_token(args), timeout=args.timeout) as c:
         try:
             return _COMMANDS[args.client_command](c, args, console)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from bless.cli import make_console
+
 DEMO = {
     "name": "demo-resnet50-bert",
     "gpu": "a100",
@@ -25,13 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
     from bless.harness.config import config_from_dict
     from bless.harness.report import print_result
     from bless.harness.run import run_config
 
-    console = Console()
+    console = make_console()
     cfg = config_from_dict({**DEMO, "duration": args.duration})
     console.print(
         "[bold]bless demo[/]: ResNet50 and BERT share a simulated A100 with quotas 50/50 under a closed-loop "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from bless.cli import make_console
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gpus", help="list GPU models and the SMs of each partition level")
@@ -12,7 +14,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from bless.hw.gpus import GPUS
@@ -28,5 +29,5 @@ def run(args: argparse.Namespace) -> int:
             f"{g.memory_bytes / 2**30:.0f}",
             " ".join(map(str, g.level_sms(args.mechanism))),
         )
-    Console().print(table)
+    make_console().print(table)
     return 0

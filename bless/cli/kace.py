@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from bless.cli import make_console
 from bless.colocation.kace import MIN_CORRELATION
 
 
@@ -106,7 +107,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     table.add_row("average", *(_cell(v) for v in result.average), style="bold")
     if args.repeats > 1:
         table.add_row("± over repeats", *(f"{v:.3f}" for v in result.spread))
-    console = _console(max(map(len, result.targets)) + 11 * len(result.policies) + 8)
+    console = make_console(min_width=max(map(len, result.targets)) + 11 * len(result.policies) + 8)
     console.print(table)
     for name, err in result.errors.items():
         console.print(
@@ -131,14 +132,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
     for rule, why in result.missing_rules.items():
         console.print(f"{rule} left out: {why} (name the column with --{_rule_flag(rule)}-column)")
     return 0
-
-
-def _console(needed: int):
-    """A console wide enough for the table (rich assumes 80 columns when not on a terminal)."""
-    from rich.console import Console
-
-    console = Console()
-    return console if console.width >= needed else Console(width=needed)
 
 
 def _cell(v: float) -> str:
@@ -168,7 +161,6 @@ def run_fit(args: argparse.Namespace) -> int:
 
 def run_rank(args: argparse.Namespace) -> int:
     import numpy as np
-    from rich.console import Console
     from rich.table import Table
 
     from bless.colocation.kace import KaceModel
@@ -185,7 +177,7 @@ def run_rank(args: argparse.Namespace) -> int:
     out.add_column("predicted throughput sum", justify="right")
     for rank, i in enumerate(np.argsort(-predicted, kind="stable"), 1):
         out.add_row(str(rank), args.candidates[i], f"{predicted[i]:.3f}")
-    Console().print(out)
+    make_console().print(out)
     return 0
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from bless.cli import make_console
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("policies", help="list the sharing policies and their parameters")
@@ -13,7 +15,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import inspect
 
-    from rich.console import Console
     from rich.table import Table
 
     from bless.core.policy import POLICIES
@@ -30,5 +31,5 @@ def run(args: argparse.Namespace) -> int:
             if p.name != "mechanism"
         ]
         table.add_row(name, doc, ", ".join(params) or "-")
-    Console().print(table)
+    make_console().print(table)
     return 0

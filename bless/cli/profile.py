@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bless.cli import make_console
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="time every kernel of an app at the 18 SM levels and write its profile")
@@ -42,12 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
     from bless.backend.interface import create_backend
     from bless.build.profiler import profile_app
 
-    console = Console()
+    console = make_console()
     chosen = {} if args.mechanism is None else {"mechanism": args.mechanism}
     backend = create_backend(args.backend, gpu=args.gpu, **chosen)
     mechanism = backend.mechanism

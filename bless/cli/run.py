@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
+
+from bless.cli import make_console
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,20 +42,30 @@ def apply_override(raw: dict, assignment: str) -> None:
     if not sep or not key:
         raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE")
     parts = key.split(".")
-    node = raw
-    for _i, part in enumerate(parts[:-1]):
-        node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
-    last = parts[-1]
-    parsed = yaml.safe_load(value)
-    if isinstance(node, list):
-        node[int(last)] = parsed
-    else:
-        node[last] = parsed
+    node: Any = raw
+    for depth, part in enumerate(parts):
+        where = ".".join(parts[: depth + 1])
+        last = depth == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"--set {key}: {where!r} needs an index below {len(node)}, got {part!r}")
+            index: int | str = int(part)
+        elif isinstance(node, dict):
+            index = part
+        else:
+            parent = ".".join(parts[:depth])
+            raise ConfigError(
+                f"--set {key}: {parent!r} is {node!r}, not a mapping; set {parent} itself "
+                f"(e.g. --set '{parent}={{name: {node}, {part}: ...}}')"
+            )
+        if last:
+            node[index] = yaml.safe_load(value)
+        else:
+            node = node[index] if isinstance(node, list) else node.setdefault(index, {})
 
 
 def run(args: argparse.Namespace) -> int:
     import yaml
-    from rich.console import Console
     from rich.progress import Progress
 
     from bless.harness.config import ConfigError, config_from_dict
@@ -66,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     for assignment in args.set:
         apply_override(raw, assignment)
     cfg = config_from_dict(raw)
-    console = Console()
+    console = make_console()
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"{cfg.name}: {cfg.policy}", total=1.0)
         result = run_config(cfg, progress=lambda f: bar.update(task, completed=f), trace=args.trace is not None)

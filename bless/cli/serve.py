@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 
@@ -31,9 +32,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--state-dir", type=Path, help="where registered apps persist (default ~/.local/state/bless)")
     p.add_argument(
+        "--admin-token-file",
+        type=Path,
+        help="file holding the token for mutating admin calls (must be chmod 600); "
+        "default $BLESS_ADMIN_TOKEN, else one generated into the state dir",
+    )
+    p.add_argument(
         "--admin-token",
-        default=os.environ.get("BLESS_ADMIN_TOKEN"),
-        help="token for mutating admin calls (default $BLESS_ADMIN_TOKEN, else generated into the state dir)",
+        help="the token itself (discouraged: other users see it in ps; use --admin-token-file or $BLESS_ADMIN_TOKEN)",
+    )
+    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve gRPC and metrics over TLS")
+    p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    p.add_argument("--tls-client-ca", type=Path, help="PEM CA bundle: require client certificates it signed (mTLS)")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow a --host other than loopback without TLS (behind a TLS proxy or on a trusted network)",
     )
     p.add_argument("--max-queue", type=int, help="requests one app may have queued or running (default 1024)")
     p.add_argument("--shutdown-grace", type=float, help="seconds to finish admitted requests on SIGTERM (default 10)")
@@ -43,12 +58,38 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=serve)
 
 
+def _token_settings(args: argparse.Namespace) -> dict:
+    """The token the command line or environment gives, overriding the config's, with its
+    source.  ``--admin-token`` keeps working for scripts that use it, but a token in argv
+    is readable by every local user (ps, /proc/PID/cmdline), so it draws a warning."""
+    if args.admin_token:
+        print(
+            "bless serve: warning: --admin-token shows the token to every user of this machine (ps); "
+            "use --admin-token-file or $BLESS_ADMIN_TOKEN",
+            file=sys.stderr,
+            flush=True,
+        )
+        return {"admin_token": args.admin_token, "admin_token_file": None, "token_source": "--admin-token"}
+    if args.admin_token_file:
+        return {"admin_token": None, "admin_token_file": args.admin_token_file}
+    if os.environ.get("BLESS_ADMIN_TOKEN"):
+        return {
+            "admin_token": os.environ["BLESS_ADMIN_TOKEN"],
+            "admin_token_file": None,
+            "token_source": "$BLESS_ADMIN_TOKEN",
+        }
+    return {}
+
+
 def serve(args: argparse.Namespace) -> int:
+    import dataclasses
     import logging
     import signal
     import threading
 
+    from bless.cli import UserError
     from bless.serving.server.config import ServerConfig, load_server_config
+    from bless.serving.server.errors import StartupError
     from bless.serving.server.server import BlessServer
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -63,19 +104,28 @@ def serve(args: argparse.Namespace) -> int:
         squad_size=args.squad_size,
         split_ratio=args.split_ratio,
         state_dir=args.state_dir,
-        admin_token=args.admin_token,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        insecure=args.insecure,
         max_queue=args.max_queue,
         shutdown_grace=args.shutdown_grace,
         noise=args.noise,
         seed=args.seed,
     )
+    cfg = dataclasses.replace(cfg, **_token_settings(args))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    server = BlessServer(cfg).start()
-    metrics = f"http://{cfg.host}:{server.metrics_port}/metrics" if server.metrics_port is not None else "off"
+    try:
+        server = BlessServer(cfg).start()
+    except StartupError as e:
+        raise UserError(str(e)) from None
+    scheme = "https" if cfg.tls_cert else "http"
+    metrics = f"{scheme}://{cfg.host}:{server.metrics_port}/metrics" if server.metrics_port is not None else "off"
     print(
-        f"bless serving on {server.address} (OIP v2 inference, bless.admin.v1); metrics {metrics}; "
+        f"bless serving on {server.address} ({'TLS' if cfg.tls_cert else 'no TLS'}; OIP v2 inference, bless.admin.v1); "
+        f"metrics {metrics}; "
         f"admin token from {server.token_source}; state in {cfg.state_dir}",
         flush=True,
     )

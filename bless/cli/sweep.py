@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bless.cli import make_console
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -27,7 +29,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import yaml
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from bless.harness.config import ConfigError
     from bless.harness.sweep import label, load_sweep, parse_sweep, run_sweep
 
-    console = Console()
+    console = make_console()
     sweep = load_sweep(args.sweep)
     if args.set:
         raw = yaml.safe_load(args.sweep.read_text())

@@ -98,7 +98,7 @@ class Executor:
         decision, cost = self._decide()
         launched = False
         wake_at = decision.wake_at if decision is not None else math.inf
-        if decision is not None and decision.plans:
+        if decision is not None and decision.launches:
             launched = True
             backend.charge_host(cost)
             self.policy.on_launch(decision)
@@ -106,7 +106,7 @@ class Executor:
             if trace is not None:
                 trace.launched(decision, launches, *squad_estimate(decision))
                 trace.host("decide and launch", backend.now())
-            self.launched.update(p.request for p in decision.plans)
+            self.launched.update(p.request for p in decision.launches)
             if self.on_launch is not None:
                 self.on_launch(decision)
             if decision.sync:
@@ -148,12 +148,12 @@ class Executor:
             if ahead[1] == self._request_state():
                 return ahead[0], 0.0
         decision = self.policy.step(self.backend.now(), self.apps)
-        return decision, self.policy.decision_cost(decision) if decision is not None and decision.plans else 0.0
+        return decision, self.policy.decision_cost(decision) if decision is not None and decision.launches else 0.0
 
     def _decide_ahead(self, running: Decision) -> None:
         """Let the policy take its next decision on the host while ``running`` occupies the GPU."""
         ahead = self.policy.decide_ahead(self.backend.now(), self.apps, running)
-        if ahead is not None and ahead.plans:
+        if ahead is not None and ahead.launches:
             self.backend.charge_host(self.policy.decision_cost(ahead))
             self._ahead = (ahead, self._request_state())
 

@@ -51,7 +51,7 @@ class KernelManager:
 
     def execute(self, decision: Decision) -> list[Any]:
         """Launch every kernel of ``decision``; return the backend's launch objects in order."""
-        plans = decision.plans
+        plans = decision.launches
         if not plans:
             return []
         order = decision.launch_of_kernel

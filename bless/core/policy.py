@@ -49,9 +49,9 @@ class SquadEstimate:
 class Decision:
     """One step of a policy: what to launch, and when to be asked again."""
 
-    plans: tuple[RequestLaunch, ...] = ()
+    launches: tuple[RequestLaunch, ...] = ()
     launch_of_kernel: tuple[int, ...] | None = None
-    """The launch (index into ``plans``) each kernel belongs to, kernels in host launch order;
+    """The launch (index into ``launches``) each kernel belongs to, kernels in host launch order;
     None: launch after launch."""
     sync: bool = False
     """Wait for every launched kernel before the next step (a squad)."""

@@ -149,7 +149,7 @@ def bench_policy_step(profiles: list[Profile], n_apps: int, pacing: str, duratio
             decision = super().step(now, apps)
             timed[0] += time.perf_counter() - t0
             timed[1] += 1
-            timed[2] += sum(p.count for p in decision.plans) if decision is not None else 0
+            timed[2] += sum(p.count for p in decision.launches) if decision is not None else 0
             return decision
 
     for _warm in (True, False):  # the first replay compiles the estimators

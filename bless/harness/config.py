@@ -125,12 +125,12 @@ def resolve_slo(spec: str | float | None, iso_latency: float, where: str) -> flo
             factor = float(spec.strip()[:-1])
         except ValueError:
             raise ConfigError(f"{where}: expected a multiple of the ISO latency like '2x', got {spec!r}") from None
-        if factor <= 0:
-            raise ConfigError(f"{where}: the SLO multiple must be positive, got {spec!r}")
+        if not (math.isfinite(factor) and factor > 0):
+            raise ConfigError(f"{where}: the SLO multiple must be a finite positive number, got {spec!r}")
         return factor * iso_latency
     slo = parse_seconds(spec, where)
-    if slo <= 0:
-        raise ConfigError(f"{where}: the SLO must be positive, got {spec!r}")
+    if not (math.isfinite(slo) and slo > 0):
+        raise ConfigError(f"{where}: the SLO must be a finite positive number of seconds, got {spec!r}")
     return slo
 
 

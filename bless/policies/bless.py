@@ -194,12 +194,12 @@ class BlessPolicy(Policy):
         return self.step(now + running.estimate.duration, apps)
 
     def on_launch(self, decision: Decision) -> None:
-        for p in decision.plans:
+        for p in decision.launches:
             self._last_limit[p.request.rid] = p.sm_limit
 
     def decision_cost(self, decision: Decision) -> float:
         """Squad building and configuration search, per scheduled kernel."""
-        return self.decide_per_kernel * sum(p.count for p in decision.plans)
+        return self.decide_per_kernel * sum(p.count for p in decision.launches)
 
     def on_complete(self, request, now: float) -> None:
         self._last_limit.pop(request.rid, None)

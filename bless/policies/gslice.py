@@ -143,7 +143,7 @@ class GslicePolicy(Policy):
                 self._next_check = now + self.thresholds.period
         decision = launch_queued(apps, lambda app: self._limit(self._sms[app.index]))
         if decision is not None:
-            for p in decision.plans:
+            for p in decision.launches:
                 i = p.request.app.index
                 if not self._in_flight[i]:
                     self._busy_since[i] = now

@@ -362,10 +362,7 @@ def _matrix(raw: dict, key: str, n: int) -> np.ndarray:
     for i, row in enumerate(v):
         if not isinstance(row, list) or len(row) != n:
             raise ProfileError(f"{key}[{i}]: expected {n} values (one per kernel), got {_len(row)}")
-    try:
-        a = np.array(v, dtype=float)
-    except (TypeError, ValueError):
-        raise ProfileError(f"{key}: every entry must be a number") from None
+    a = _floats(v, key)
     if not np.all(np.isfinite(a)):
         lvl, k = np.argwhere(~np.isfinite(a))[0]
         raise ProfileError(f"{key}[{lvl}][{k}]: must be a finite number")
@@ -376,13 +373,17 @@ def _vector(raw: dict, key: str, n: int) -> np.ndarray:
     v = raw.get(key)
     if not isinstance(v, list) or len(v) != n:
         raise ProfileError(f"{key}: expected {n} values, got {_len(v)}")
-    try:
-        a = np.array(v, dtype=float)
-    except (TypeError, ValueError):
-        raise ProfileError(f"{key}: every entry must be a number") from None
+    a = _floats(v, key)
     if not np.all(np.isfinite(a) & (a > 0)):
         raise ProfileError(f"{key}[{int(np.argmax(~(np.isfinite(a) & (a > 0))))}]: must be a positive number")
     return a
+
+
+def _floats(v: list, key: str) -> np.ndarray:
+    try:
+        return np.array(v, dtype=float)
+    except (TypeError, ValueError):
+        raise ProfileError(f"{key}: every entry must be a number") from None
 
 
 def _len(v: Any) -> str:

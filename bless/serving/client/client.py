@@ -92,19 +92,27 @@ def _tensor_specs(tensors: Sequence[TensorTuple]) -> list[Any]:
 
 
 class BlessClient:
-    """Calls one server; ``token`` is needed for mutating admin calls."""
+    """Calls one server; ``token`` is needed for mutating admin calls, ``credentials``
+    (``grpc.ssl_channel_credentials(...)``) for a server with TLS."""
 
-    def __init__(self, address: str = "127.0.0.1:8001", token: str | None = None, timeout: float | None = 60.0) -> None:
+    def __init__(
+        self,
+        address: str = "127.0.0.1:8001",
+        token: str | None = None,
+        timeout: float | None = 60.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self.address = address
         self.timeout = timeout
         self._auth = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = grpc.insecure_channel(
-            address,
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ],
-        )
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ]
+        if credentials is None:
+            self._channel = grpc.insecure_channel(address, options=options)
+        else:
+            self._channel = grpc.secure_channel(address, credentials, options=options)
         self._calls = {
             name: self._channel.unary_unary(
                 m.path, request_serializer=m.request.SerializeToString, response_deserializer=m.response.FromString

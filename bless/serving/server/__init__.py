@@ -8,7 +8,10 @@
   ``bless.admin.v1`` services;
 * :mod:`~bless.serving.server.admission` -- admission rules (pure functions);
 * :mod:`~bless.serving.server.tensors`, :mod:`~bless.serving.server.spec` -- validation;
-* :mod:`~bless.serving.server.store` (SQLite);
+* :mod:`~bless.serving.server.store` (SQLite; the state directory's lock);
+* :mod:`~bless.serving.server.security` -- the admin token, TLS for every front end,
+  slowing token guesses, with :mod:`~bless.serving.server.exposure` (plain checks: a
+  network address without TLS, a secret file others can read);
 * :mod:`~bless.serving.server.stats` -- every measurement, recorded once, which GetStats,
   ModelStatistics and :mod:`~bless.serving.server.metrics` (Prometheus, at scrape time) read.
 

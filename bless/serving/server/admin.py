@@ -1,6 +1,8 @@
 """The admin API ``bless.admin.v1.AdminService``: apps, quotas, statistics.
 
-Mutating calls need ``authorization: Bearer <token>`` metadata; reads do not.
+Mutating calls need ``authorization: Bearer <token>`` metadata
+(:class:`~bless.serving.server.security.AuthGuard` checks it and slows guessing); reads
+do not, so they show no server file paths.
 Commands run on the serving loop (:mod:`bless.serving.server.core`), so an app is
 admitted, deployed and persisted between two squads, never during one.
 """
@@ -8,7 +10,6 @@ admitted, deployed and persisted between two squads, never during one.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import math
 import time
 from typing import Any
@@ -17,20 +18,18 @@ import grpc
 
 from bless.serving.api import ADMIN_SERVICE, admin
 from bless.serving.server.core import ServingCore
-from bless.serving.server.errors import Unauthenticated
-from bless.serving.server.jobs import ServedApp
+from bless.serving.server.jobs import ServedApp, UnavailableApp
 from bless.serving.server.rpc import generic_handler
+from bless.serving.server.security import AuthGuard
 from bless.serving.server.spec import (
     check_name,
     load_profile_for,
+    min_quota,
     parse_app_spec,
     quota_value,
+    shown_profile,
 )
 from bless.serving.server.stats import Summary
-
-TOKEN_HINT = (
-    "send the admin token as metadata 'authorization: Bearer <token>' (bless client --token or $BLESS_ADMIN_TOKEN)"
-)
 
 
 def _tensors(specs) -> list[tuple[str, str, list[int]]]:
@@ -47,9 +46,10 @@ def _summary(target: Any, s: Summary) -> None:
 
 
 class AdminService:
-    def __init__(self, core: ServingCore, token: str) -> None:
+    def __init__(self, core: ServingCore, guard: AuthGuard) -> None:
         self.core = core
-        self._token = token.encode()
+        self._guard = guard
+        self._min_quota = min_quota(core.gpu, core.policy.mechanism)
 
     def handler(self) -> grpc.GenericRpcHandler:
         return generic_handler(
@@ -65,13 +65,9 @@ class AdminService:
             },
         )
 
-    def _authorize(self, context: Any) -> None:
+    async def _authorize(self, context: Any, method: str) -> None:
         header = dict(context.invocation_metadata() or ()).get("authorization", "")
-        if not header:
-            raise Unauthenticated(f"this call changes the server and needs the admin token: {TOKEN_HINT}")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._token):
-            raise Unauthenticated(f"the admin token is wrong; {TOKEN_HINT}")
+        await self._guard.authorize(header, context.peer(), method)
 
     # ------------------------------------------------------------ views
     def app_info(self, served: ServedApp) -> Any:
@@ -79,7 +75,7 @@ class AdminService:
         T = admin.TensorSpec
         return admin.AppInfo(
             name=spec.name,
-            profile=spec.profile,
+            profile=shown_profile(spec.profile),
             quota=state.quota,
             memory_bytes=state.profile.memory_bytes,
             slo_seconds=state.slo or 0.0,
@@ -91,6 +87,13 @@ class AdminService:
             state="unregistering" if served.closing else "ready",
             max_queue=self.core.max_queue,
         )
+
+    def unavailable_info(self, app: UnavailableApp) -> Any:
+        info = admin.AppInfo(name=app.name, state="unavailable", error=app.error)
+        if app.spec is not None:
+            info.profile = shown_profile(app.spec.profile)
+            info.quota = app.spec.quota
+        return info
 
     def gpu_info(self) -> Any:
         core = self.core
@@ -107,7 +110,7 @@ class AdminService:
 
     # ------------------------------------------------------------ mutating
     async def register_app(self, request: Any, context: Any) -> Any:
-        self._authorize(context)
+        await self._authorize(context, "RegisterApp")
         spec = parse_app_spec(
             request.name,
             request.profile,
@@ -116,6 +119,7 @@ class AdminService:
             request.slo,
             _tensors(request.inputs),
             _tensors(request.outputs),
+            self._min_quota,
         )
         profile = await asyncio.to_thread(load_profile_for, spec, self.core.gpu.name)
         admission, served = await asyncio.wrap_future(self.core.register(spec, profile, request.dry_run))
@@ -127,32 +131,37 @@ class AdminService:
         return response
 
     async def unregister_app(self, request: Any, context: Any) -> Any:
-        self._authorize(context)
+        await self._authorize(context, "UnregisterApp")
         check_name(request.name)
+        if self.core.forget_unavailable(request.name):
+            return admin.UnregisterAppResponse()
         aborted = await asyncio.wrap_future(self.core.unregister(request.name))
         return admin.UnregisterAppResponse(aborted_requests=aborted)
 
     async def set_quota(self, request: Any, context: Any) -> Any:
-        self._authorize(context)
+        await self._authorize(context, "SetQuota")
         check_name(request.name)
-        quota = quota_value(request.quota)
+        quota = quota_value(request.quota, minimum=self._min_quota)
         served = await asyncio.wrap_future(self.core.set_quota(request.name, quota))
         return admin.SetQuotaResponse(app=self.app_info(served))
 
     async def reset_stats(self, request: Any, context: Any) -> Any:
-        self._authorize(context)
+        await self._authorize(context, "ResetStats")
         self.core.stats.reset()
         return admin.ResetStatsResponse()
 
     async def inject_fault(self, request: Any, context: Any) -> Any:
-        self._authorize(context)
+        await self._authorize(context, "InjectFault")
         check_name(request.name)
         await asyncio.wrap_future(self.core.inject_fault(request.name, request.kernel, request.count))
         return admin.InjectFaultResponse()
 
     # ------------------------------------------------------------ reads
     async def list_apps(self, request: Any, context: Any) -> Any:
-        return admin.ListAppsResponse(apps=[self.app_info(a) for a in self.core.apps()], gpu=self.gpu_info())
+        apps = [self.app_info(a) for a in self.core.apps()] + [
+            self.unavailable_info(a) for a in self.core.unavailable()
+        ]
+        return admin.ListAppsResponse(apps=apps, gpu=self.gpu_info())
 
     async def get_stats(self, request: Any, context: Any) -> Any:
         core = self.core

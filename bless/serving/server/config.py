@@ -12,8 +12,14 @@ Example (every key optional)::
     window: 0.001            # deadline pacing: seconds of each request's kernels per launch
     squad_size: 50           # paper pacing: kernels per squad
     split_ratio: 0.5         # paper pacing: Semi-SP's restricted share (or auto)
-    state_dir: ~/.local/state/bless   # registered apps survive restarts here
-    admin_token: null        # null: generated once, kept in <state_dir>/admin-token
+    state_dir: ~/.local/state/bless   # registered apps survive restarts here (0700, one server)
+    admin_token: null        # null: admin_token_file, else generated once into <state_dir>/admin-token
+                             # (a config file holding a token must be chmod 600)
+    admin_token_file: null   # a file holding the token (must be chmod 600)
+    tls_cert: null           # PEM certificate chain: TLS on every port
+    tls_key: null            # its PEM private key
+    tls_client_ca: null      # PEM CA bundle: clients must present a certificate it signed (mTLS)
+    insecure: false          # allow a non-loopback host without TLS (behind a TLS proxy)
     max_queue: 1024          # requests one app may have queued or running
     shutdown_grace: 10       # seconds to finish admitted requests on SIGTERM
     noise: 0.0               # simulated kernel-time noise (lognormal sigma)
@@ -37,6 +43,10 @@ from bless.harness.config import ConfigError, read_yaml
 from bless.hw.gpus import get_gpu
 from bless.policies.bless import PACING, WINDOW, parse_split_ratio
 from bless.serving.server.admission import AdmissionLimits
+from bless.serving.server.exposure import exposure_problem, private_file_problem
+
+PATH_KEYS = ("state_dir", "admin_token_file", "tls_cert", "tls_key", "tls_client_ca")
+"""Keys holding paths (``~`` expanded)."""
 
 
 def default_state_dir() -> Path:
@@ -58,6 +68,13 @@ class ServerConfig:
     split_ratio: float | str = 0.5
     state_dir: Path = field(default_factory=default_state_dir)
     admin_token: str | None = None
+    token_source: str = field(default="the configuration", compare=False)
+    """Where ``admin_token`` came from, for the startup banner."""
+    admin_token_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    insecure: bool = False
     max_queue: int = 1024
     shutdown_grace: float = 10.0
     noise: float = 0.0
@@ -99,6 +116,22 @@ class ServerConfig:
             raise bad("noise", "a number in [0, 1]", self.noise)
         if self.admin_token is not None and (not isinstance(self.admin_token, str) or len(self.admin_token) < 8):
             raise bad("admin_token", "a string of at least 8 characters (or null to generate one)", "<hidden>")
+        self._check_tls()
+
+    def _check_tls(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert, tls_key: give both (--tls-cert and --tls-key) or neither")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError("tls_client_ca: mutual TLS needs the server's own tls_cert and tls_key too")
+        for key in ("tls_cert", "tls_key", "tls_client_ca", "admin_token_file"):
+            path = getattr(self, key)
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(f"{key}: {path} is not a file")
+        if not isinstance(self.insecure, bool):
+            raise ConfigError(f"insecure: expected true or false, got {self.insecure!r}")
+        problem = exposure_problem(self.host, self.tls_cert is not None, self.insecure)
+        if problem:
+            raise ConfigError(problem)
 
     def replace(self, **changes: Any) -> ServerConfig:
         """A copy with the given keys changed (None values are ignored: unset flags)."""
@@ -110,13 +143,14 @@ def config_from_dict(raw: Any, where: str = "config") -> ServerConfig:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping of server settings")
-    known = {f.name for f in dataclasses.fields(ServerConfig)}
+    known = {f.name for f in dataclasses.fields(ServerConfig)} - {"token_source"}  # set by the loader, not a setting
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{where}: {unknown[0]}: unknown key; known keys: {', '.join(sorted(known))}")
     values = dict(raw)
-    if "state_dir" in values:
-        values["state_dir"] = Path(os.path.expanduser(str(values["state_dir"])))
+    for key in PATH_KEYS:
+        if values.get(key) is not None:
+            values[key] = Path(os.path.expanduser(str(values[key])))
     if "admission" in values:
         adm = values["admission"] or {}
         if not isinstance(adm, dict):
@@ -138,4 +172,11 @@ def config_from_dict(raw: Any, where: str = "config") -> ServerConfig:
 
 
 def load_server_config(path: Path) -> ServerConfig:
-    return config_from_dict(read_yaml(path), str(path))
+    """The config in ``path``; one holding ``admin_token`` must be private to its owner."""
+    raw = read_yaml(path)
+    if isinstance(raw, dict) and raw.get("admin_token"):
+        problem = private_file_problem(path)
+        if problem:
+            raise ConfigError(f"admin_token: {problem}")
+        return config_from_dict(raw, str(path)).replace(token_source=f"admin_token in {path}")
+    return config_from_dict(raw, str(path))

@@ -70,10 +70,10 @@ from bless.serving.server.errors import (
     Unavailable,
 )
 from bless.serving.server.inbox import Call, Cancel, Message, Submit, Unregister
-from bless.serving.server.jobs import Job, Outcome, ServedApp
+from bless.serving.server.jobs import Job, Outcome, ServedApp, UnavailableApp
 from bless.serving.server.spec import AppSpec, slo_seconds
 from bless.serving.server.stats import GpuSample, ServerStats
-from bless.serving.server.store import StateStore
+from bless.serving.server.store import StateStore, UnreadableApp
 
 log = logging.getLogger("bless.serving.server")
 T = TypeVar("T")
@@ -126,6 +126,8 @@ class ServingCore:
         """Why the loop died, if it did (the server then reports not ready)."""
         self._lock = threading.Lock()
         self._apps: dict[str, ServedApp] = {}
+        self._unavailable: dict[str, UnavailableApp] = {}
+        """Stored apps that could not be restored (under the lock)."""
         self._inbox: collections.deque[Message] = collections.deque()
         self._routes: dict[type, Route] = {
             Submit: Route(self._run_submit, self._fail_submit),
@@ -224,16 +226,41 @@ class ServingCore:
         return self.call(lambda: self._inject_fault(name, kernel, count))
 
     def restore(self) -> None:
-        """Re-register the apps of the state store (at start, before serving)."""
+        """Re-register the apps of the state store (at start, before serving).  One that
+        cannot be is kept in the store and listed as unavailable, with why, until it is
+        unregistered."""
         for stored in self.store.load():
-            fut = self.call(lambda s=stored: self._register(s.spec, s.profile, dry_run=False, persist=False))
-            try:
-                fut.result()
-                log.info("restored app %r (quota %.0f%%)", stored.spec.name, stored.spec.quota * 100)
-            except ServiceError as e:
-                log.error(
-                    "could not restore app %r from %s: %s (kept in the store)", stored.spec.name, self.store.path, e
-                )
+            if isinstance(stored, UnreadableApp):
+                failed = UnavailableApp(stored.name, stored.error)
+            else:
+                fut = self.call(lambda s=stored: self._register(s.spec, s.profile, dry_run=False, persist=False))
+                try:
+                    fut.result()
+                    log.info("restored app %r (quota %.0f%%)", stored.spec.name, stored.spec.quota * 100)
+                    continue
+                except ServiceError as e:
+                    failed = UnavailableApp(stored.spec.name, str(e), stored.spec)
+            with self._lock:
+                self._unavailable[failed.name] = failed
+            log.error(
+                "could not restore app %r from %s: %s (listed as unavailable; UnregisterApp removes it)",
+                failed.name,
+                self.store.path,
+                failed.error,
+            )
+
+    def unavailable(self) -> list[UnavailableApp]:
+        with self._lock:
+            return list(self._unavailable.values())
+
+    def forget_unavailable(self, name: str) -> bool:
+        """Delete an unavailable app from the store; False if ``name`` is not one."""
+        with self._lock:
+            if self._unavailable.pop(name, None) is None:
+                return False
+        self.store.delete(name)
+        log.info("unregistered app %r, which could not be restored", name)
+        return True
 
     def _post(self, message: Message, refuse: bool = True) -> None:
         with self._lock:
@@ -386,7 +413,7 @@ class ServingCore:
 
     def _on_launch(self, decision) -> None:
         """A request whose first kernel was just launched is running (counted before the host waits)."""
-        for plan in decision.plans:
+        for plan in decision.launches:
             if plan.start == 0:
                 plan.request.payload.served.stats.started()
 
@@ -438,7 +465,7 @@ class ServingCore:
     def _register(
         self, spec: AppSpec, profile: Profile, dry_run: bool, persist: bool
     ) -> tuple[Admission, ServedApp | None]:
-        if spec.name in self._apps:
+        if spec.name in self._apps or spec.name in self._unavailable:
             raise AlreadyExists(
                 f"name: app {spec.name!r} is already registered; unregister it first or pick another name"
             )

@@ -1,4 +1,5 @@
-"""Errors the services answer with: each maps to one gRPC status code."""
+"""Errors the services answer with (each maps to one gRPC status code), and the one the
+server refuses to start with."""
 
 from __future__ import annotations
 
@@ -55,3 +56,8 @@ class Unimplemented(ServiceError):
     """A protocol call that does not apply to bless (the message says why and what to use instead)."""
 
     code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class StartupError(Exception):
+    """The server cannot start as configured (state directory taken, port in use, a
+    secret file others can read); one line that says why and which setting to change."""

@@ -49,6 +49,17 @@ class ServedApp:
         return self.stats.pending
 
 
+@dataclass(frozen=True)
+class UnavailableApp:
+    """A stored app the server could not bring back at start: listed with why, not served,
+    and removable with UnregisterApp (until then its name stays taken)."""
+
+    name: str
+    error: str
+    spec: AppSpec | None = None
+    """None when the stored registration itself could not be read."""
+
+
 @dataclass(eq=False)
 class Job:
     """One inference request in flight: the scheduler's request and how to answer it."""

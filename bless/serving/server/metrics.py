@@ -11,6 +11,7 @@ has its own registry (several servers can run in one process, e.g. in tests).
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
@@ -125,9 +126,13 @@ class ServerMetrics:
         self.registry = CollectorRegistry()
         self.registry.register(StatsCollector(stats))
 
-    def serve(self, host: str, port: int) -> MetricsHttpServer:
-        """Start the HTTP endpoint in a thread; ``.server_port`` is the bound port."""
+    def serve(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> MetricsHttpServer:
+        """Start the HTTP endpoint in a thread (HTTPS with ``ssl_context``); ``.server_port`` is the bound port."""
         httpd = make_server(host, port, make_wsgi_app(self.registry), MetricsHttpServer, handler_class=_QuietHandler)
+        if ssl_context is not None:
+            # The handshake runs on the first read, in the request's thread, so a slow
+            # client cannot stall the accepting one.
+            httpd.socket = ssl_context.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
         threading.Thread(
             target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="bless-metrics", daemon=True
         ).start()

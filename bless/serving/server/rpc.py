@@ -1,7 +1,10 @@
 """Serving a proto service from plain async functions through gRPC's generic handlers.
 
 The message classes come from :mod:`bless.serving.api`'s private descriptor pool, so
-no generated servicer code is involved (see that module for why).
+no generated servicer code is involved (see that module for why).  Requests are
+decoded here rather than by grpc, which would answer a malformed message UNKNOWN and
+log a traceback: here it is INVALID_ARGUMENT and one log line at most.  Methods are
+unary or bidirectional streams (Triton's ModelStreamInfer).
 """
 
 from __future__ import annotations
@@ -12,15 +15,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from bless.serving.api import Method, methods
-from bless.serving.server.errors import ServiceError
+from bless.serving.server.errors import InvalidArgument, ServiceError
 
 log = logging.getLogger("bless.serving.server")
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 StreamHandler = Callable[[AsyncIterator[Any], grpc.aio.ServicerContext], AsyncIterator[Any]]
 """A bidirectional-streaming method: the request stream in, an async generator of answers out."""
+
+
+def _decode(name: str, raw: bytes, request_type: type, context: grpc.aio.ServicerContext) -> Any:
+    try:
+        return request_type.FromString(raw)
+    except DecodeError as e:
+        log.info("%s: malformed request from %s: %s", name, context.peer(), e)
+        raise InvalidArgument(f"{name}: malformed request: {e}") from None
 
 
 async def _abort(name: str, error: Exception, context: grpc.aio.ServicerContext) -> None:
@@ -31,11 +43,14 @@ async def _abort(name: str, error: Exception, context: grpc.aio.ServicerContext)
     await context.abort(grpc.StatusCode.INTERNAL, f"{name} failed in the server: {error!r}")
 
 
-def _guarded(name: str, fn: Handler) -> Handler:
+def _guarded(name: str, fn: Handler, request_type: type) -> Handler:
+    """Decode the request (malformed: INVALID_ARGUMENT), then answer a :class:`ServiceError`
+    with its status code; anything else is INTERNAL and logged."""
+
     @functools.wraps(fn)
-    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def call(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         try:
-            return await fn(request, context)
+            return await fn(_decode(name, raw, request_type, context), context)
         except grpc.aio.AbortError:
             raise
         except Exception as e:
@@ -44,11 +59,17 @@ def _guarded(name: str, fn: Handler) -> Handler:
     return call
 
 
-def _guarded_stream(name: str, fn: StreamHandler) -> StreamHandler:
+def _guarded_stream(name: str, fn: StreamHandler, request_type: type) -> StreamHandler:
+    """:func:`_guarded` for a bidirectional stream: a malformed message ends it INVALID_ARGUMENT."""
+
     @functools.wraps(fn)
-    async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async def call(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def decoded() -> AsyncIterator[Any]:
+            async for raw in raws:
+                yield _decode(name, raw, request_type, context)
+
         try:
-            async for answer in fn(requests, context):
+            async for answer in fn(decoded(), context):
                 yield answer
         except grpc.aio.AbortError:
             raise
@@ -60,12 +81,13 @@ def _guarded_stream(name: str, fn: StreamHandler) -> StreamHandler:
 
 def _method_handler(service: str, spec: Method, fn: Any) -> grpc.RpcMethodHandler:
     name = f"{service}/{spec.name}"
-    codec = {"request_deserializer": spec.request.FromString, "response_serializer": spec.response.SerializeToString}
+    # request_deserializer None: bytes, decoded by the guard
+    codec = {"request_deserializer": None, "response_serializer": spec.response.SerializeToString}
     if spec.client_streaming and spec.server_streaming:
-        return grpc.stream_stream_rpc_method_handler(_guarded_stream(name, fn), **codec)
+        return grpc.stream_stream_rpc_method_handler(_guarded_stream(name, fn, spec.request), **codec)
     if spec.client_streaming or spec.server_streaming:
         raise ValueError(f"{name}: only unary and bidirectional-streaming methods are supported")
-    return grpc.unary_unary_rpc_method_handler(_guarded(name, fn), **codec)
+    return grpc.unary_unary_rpc_method_handler(_guarded(name, fn, spec.request), **codec)
 
 
 def generic_handler(service: str, implementations: dict[str, Handler | StreamHandler]) -> grpc.GenericRpcHandler:

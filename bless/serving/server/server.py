@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
-import secrets
 import threading
 from pathlib import Path
 
@@ -28,35 +26,23 @@ from bless.serving.server.admin import AdminService
 from bless.serving.server.config import ServerConfig
 from bless.serving.server.core import ServingCore
 from bless.serving.server.discovery import ServingHealth, add_discovery
+from bless.serving.server.errors import StartupError
 from bless.serving.server.inference import InferenceService
 from bless.serving.server.metrics import ServerMetrics
+from bless.serving.server.security import (
+    TOKEN_FILE,
+    AuthGuard,
+    grpc_server_credentials,
+    http_ssl_context,
+    resolve_admin_token,
+)
 from bless.serving.server.store import StateStore
 
 log = logging.getLogger("bless.serving.server")
 
-TOKEN_FILE = "admin-token"
 MAX_MESSAGE_BYTES = 64 * 2**20
 GRPC_STOP_GRACE = 2.0
 """Seconds the gRPC server waits for answered RPCs to be sent when stopping."""
-
-
-def admin_token(cfg: ServerConfig) -> tuple[str, str]:
-    """The admin token and where it came from: the config, else ``<state_dir>/admin-token``
-    (created once, readable by its owner only)."""
-    if cfg.admin_token:
-        return cfg.admin_token, "the configuration"
-    path = cfg.state_dir / TOKEN_FILE
-    try:
-        token = path.read_text().strip()
-        if token:
-            return token, str(path)
-    except FileNotFoundError:
-        pass
-    token = secrets.token_urlsafe(24)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token, str(path)
 
 
 def make_backend(cfg: ServerConfig) -> Backend:
@@ -115,6 +101,8 @@ class BlessServer:
         self.metrics_port: int | None = None
         self.token = ""
         self.token_source = ""
+        self.auth: AuthGuard | None = None
+        """Checks admin tokens; one per server, so every front end counts a peer's guesses together."""
         self.core: ServingCore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
@@ -133,7 +121,9 @@ class BlessServer:
         cfg = self.config
         try:
             self._store = StateStore(cfg.state_dir)
-            self.token, self.token_source = admin_token(cfg)
+            self.token, self.token_source = resolve_admin_token(cfg)
+            self.auth = AuthGuard(self.token)
+            ssl_context = http_ssl_context(cfg)
             warm_up(cfg)
             backend = make_backend(cfg)
             policy = bless_policy(cfg)
@@ -146,15 +136,23 @@ class BlessServer:
             platform = f"bless_{backend.name}"
             self.grpc_port = asyncio.run_coroutine_threadsafe(self._start_grpc(platform), self._loop).result()
             if cfg.metrics_port >= 0:
-                self._httpd = ServerMetrics(self.core.stats).serve(cfg.host, cfg.metrics_port)
+                try:
+                    self._httpd = ServerMetrics(self.core.stats).serve(cfg.host, cfg.metrics_port, ssl_context)
+                except OSError as e:
+                    raise StartupError(
+                        f"cannot serve metrics on {_address(cfg.host, cfg.metrics_port)}: {e.strerror}; "
+                        f"pick another port with --metrics-port (0: any free port, -1: off)"
+                    ) from None
                 self.metrics_port = self._httpd.server_port
+            self._store.owner.record(self.address)
         except BaseException:
             self._release(grace=0.0)
             raise
         log.info(
-            "serving %s on %s (metrics port %s, state %s)",
+            "serving %s on %s (%s; metrics port %s, state %s)",
             backend.describe(),
             self.address,
+            "TLS" if ssl_context else "no TLS",
             self.metrics_port,
             cfg.state_dir,
         )
@@ -171,16 +169,21 @@ class BlessServer:
         server.add_generic_rpc_handlers(
             (
                 InferenceService(self.core, platform).handler(),
-                AdminService(self.core, self.token).handler(),
+                AdminService(self.core, self.auth).handler(),
             )
         )
         self._health = await add_discovery(server, self.core, (OIP_SERVICE, ADMIN_SERVICE))
         where = _address(self.config.host, self.config.grpc_port)
+        credentials = grpc_server_credentials(self.config)
         try:
-            port = server.add_insecure_port(where)
-        except RuntimeError as e:
-            raise OSError(
-                f"cannot listen on {where} ({e}); is another server using the port? (grpc_port: 0 picks a free one)"
+            if credentials is None:
+                port = server.add_insecure_port(where)
+            else:
+                port = server.add_secure_port(where, credentials)
+        except RuntimeError:
+            raise StartupError(
+                f"cannot listen on {where}: the port is in use (or the address is not this machine's); "
+                f"pick another port with --grpc-port (0: any free port)"
             ) from None
         await server.start()
         self._grpc = server

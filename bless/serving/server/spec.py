@@ -7,11 +7,13 @@ and is what the state store keeps, so a restart rebuilds the same app.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from bless.harness.config import ConfigError, parse_quota, resolve_slo
+from bless.hw.gpus import GpuSpec
 from bless.profiles.catalog import load_app
 from bless.profiles.format import Profile, ProfileError
 from bless.serving.server.errors import InvalidArgument
@@ -63,14 +65,27 @@ def check_name(name: str, field: str = "name") -> str:
     return name
 
 
-def quota_value(text: str, field: str = "quota") -> float:
-    """A quota from "50%", "0.5" or "1/2"."""
+def min_quota(gpu: GpuSpec, mechanism: str) -> float:
+    """The smallest quota ``gpu`` can honour: partition level 1, as ``mechanism`` rounds it.
+    BLESS restricts contexts by level, so a smaller share has no context to run in and its
+    ISO latency would be extrapolated beyond the profile."""
+    return gpu.sms_for_level(1, mechanism) / gpu.sm_count
+
+
+def quota_value(text: str, field: str = "quota", minimum: float = 0.0) -> float:
+    """A quota from "50%", "0.5" or "1/2", at least ``minimum``."""
     if not text:
         raise InvalidArgument(f"{field}: missing; give a share of the SMs like '50%', '0.5' or '1/2'")
     try:
-        return parse_quota(text, field)
+        q = parse_quota(text, field)
     except ConfigError as e:
         raise InvalidArgument(str(e)) from None
+    if q < minimum:
+        least = math.ceil(minimum * 1000) / 10  # in percent, rounded up so that it is accepted
+        raise InvalidArgument(
+            f"{field}: {text!r} is below the GPU's smallest partition ({minimum:.2%} of the SMs); give at least '{least:g}%'"
+        )
+    return q
 
 
 def slo_seconds(slo: str, iso_latency: float, field: str = "slo") -> float | None:
@@ -93,6 +108,7 @@ def parse_app_spec(
     slo: str,
     inputs: list[tuple[str, str, list[int]]],
     outputs: list[tuple[str, str, list[int]]],
+    min_quota: float = 0.0,
 ) -> AppSpec:
     """Validate a registration; every error names its field."""
     check_name(name)
@@ -100,11 +116,17 @@ def parse_app_spec(
         raise InvalidArgument(
             "profile: missing; give a profile name (profiles/<gpu>/<name>.json in the catalog) or a profile .json path on the server"
         )
-    q = quota_value(quota)
+    q = quota_value(quota, minimum=min_quota)
     slo_seconds(slo, 1.0)  # syntax only; resolved against the ISO latency on deployment
     return AppSpec(
         name, profile, q, int(memory_bytes), slo, parse_specs(inputs, "inputs"), parse_specs(outputs, "outputs")
     )
+
+
+def shown_profile(profile: str) -> str:
+    """The profile as unauthenticated readers see it: a catalog name as is, a path on the
+    server as its file name only (paths tell a stranger the server's layout and user)."""
+    return profile.replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def load_profile_for(spec: AppSpec, gpu: str) -> Profile:
