@@ -1,7 +1,8 @@
 """The wire API of the server: message classes and methods of its two gRPC services.
 
-* :data:`oip` -- package ``inference``: the Open Inference Protocol v2 with
-  Triton's statistics extension (``protos/inference/oip_v2.proto``);
+* :data:`oip` -- package ``inference``: the Open Inference Protocol v2 and the
+  rest of Triton's ``GRPCInferenceService`` (``protos/inference/oip_v2.proto``,
+  ``protos/inference/model_config.proto``);
 * :data:`admin` -- package ``bless.admin.v1`` (``protos/bless/admin/v1/admin.proto``).
 
 The protos are compiled at build time (``hatch_build.py``) into one descriptor
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.message import Message
 
 DESCRIPTOR_SET = Path(__file__).with_name("descriptors.binpb")
@@ -33,9 +35,7 @@ class ApiNotBuilt(RuntimeError):
     """The descriptor set generated from ``protos/`` is missing."""
 
 
-@functools.cache
-def pool() -> descriptor_pool.DescriptorPool:
-    """The private pool holding every bless proto."""
+def _descriptor_set() -> descriptor_pb2.FileDescriptorSet:
     try:
         data = DESCRIPTOR_SET.read_bytes()
     except FileNotFoundError:
@@ -43,9 +43,14 @@ def pool() -> descriptor_pool.DescriptorPool:
             f"{DESCRIPTOR_SET} is missing: the gRPC API is generated from protos/ at install time; "
             f"run `pip install -e .` (or `python hatch_build.py`) in the repository"
         ) from None
-    files = descriptor_pb2.FileDescriptorSet.FromString(data)
+    return descriptor_pb2.FileDescriptorSet.FromString(data)
+
+
+@functools.cache
+def pool() -> descriptor_pool.DescriptorPool:
+    """The private pool holding every bless proto."""
     private = descriptor_pool.DescriptorPool()
-    for f in files.file:
+    for f in _descriptor_set().file:
         private.Add(f)
     return private
 
@@ -71,14 +76,43 @@ oip = Package("inference")
 admin = Package("bless.admin.v1")
 
 
+def pool_with(*files: FileDescriptor) -> descriptor_pool.DescriptorPool:
+    """A new pool of every bless proto plus ``files`` (with their imports).
+
+    Server reflection answers from one pool, but a server also hosts services
+    whose protos live in the default pool (``grpc.health.v1``, reflection
+    itself); this pool describes all of them without touching :func:`pool`.
+    """
+    combined = descriptor_pool.DescriptorPool()
+    seen: set[str] = set()
+
+    def add(proto: descriptor_pb2.FileDescriptorProto) -> None:
+        if proto.name not in seen:
+            seen.add(proto.name)
+            combined.Add(proto)
+
+    def add_file(f: FileDescriptor) -> None:
+        for dependency in f.dependencies:
+            add_file(dependency)
+        add(descriptor_pb2.FileDescriptorProto.FromString(f.serialized_pb))
+
+    for proto in _descriptor_set().file:
+        add(proto)
+    for f in files:
+        add_file(f)
+    return combined
+
+
 @dataclass(frozen=True)
 class Method:
-    """One unary RPC: its path and (de)serialisable message classes."""
+    """One RPC: its path, (de)serialisable message classes and whether each side streams."""
 
     name: str
     path: str
     request: type[Message]
     response: type[Message]
+    client_streaming: bool
+    server_streaming: bool
 
 
 def methods(service: str) -> dict[str, Method]:
@@ -90,6 +124,8 @@ def methods(service: str) -> dict[str, Method]:
             f"/{service}/{m.name}",
             message_factory.GetMessageClass(m.input_type),
             message_factory.GetMessageClass(m.output_type),
+            m.client_streaming,
+            m.server_streaming,
         )
         for m in desc.methods
     }

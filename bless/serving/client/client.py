@@ -119,6 +119,7 @@ class BlessClient:
             )
             for service in (OIP_SERVICE, ADMIN_SERVICE)
             for name, m in methods(service).items()
+            if not (m.client_streaming or m.server_streaming)  # ModelStreamInfer: use tritonclient's stream
         }
         self._metadata: dict[str, Any] = {}
 

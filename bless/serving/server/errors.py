@@ -77,6 +77,12 @@ class DeadlineExceeded(ServiceError):
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
+class Unimplemented(ServiceError):
+    """A protocol call that does not apply to bless (the message says why and what to use instead)."""
+
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
 class StartupError(Exception):
     """The server cannot start as configured (state directory taken, port in use, a
     secret file others can read); one line that says why and which setting to change."""

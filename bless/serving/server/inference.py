@@ -1,20 +1,26 @@
-"""The inference API: the Open Inference Protocol v2 (``inference.GRPCInferenceService``).
+"""The inference API: Triton's ``inference.GRPCInferenceService`` (the Open Inference Protocol v2 and more).
 
 Every registered app is a model with one version, ``1``.  ModelInfer checks
 the inputs against the app's declared tensors, queues the request with the
 BLESS scheduler, and answers when its last kernel has run, with the
-declared outputs and three response parameters (seconds, double):
-``bless_queue_seconds`` (arrival to first kernel), ``bless_compute_seconds``
-(first kernel to last), ``bless_latency_seconds`` (their sum) and
-``bless_sync_wait_seconds`` (from the end of the last kernel until the host saw
-it: squads synchronise, so a request that ends early in a squad is noticed at
-the squad's end).
-ModelStatistics is Triton's statistics extension, cumulative since start.
+declared outputs and the request's timings as response parameters, each
+twice: ``bless_<name>_seconds`` (double, Triton's extension) and
+``bless_<name>_us`` (int64 microseconds, for clients of KServe's
+InferParameter, which has no double), for the names of :data:`TIMINGS`.
+
+ModelStreamInfer serves many ModelInfer on one bidirectional stream;
+ModelConfig describes the app the Triton way (:mod:`.model_config`);
+RepositoryIndex lists the apps; ModelStatistics is Triton's statistics
+extension, cumulative since start.  The Triton RPCs that do not apply to
+bless answer UNIMPLEMENTED with the reason (:data:`NOT_APPLICABLE`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -23,8 +29,9 @@ import bless
 from bless.serving.api import OIP_SERVICE, oip
 from bless.serving.server.core import ServingCore
 from bless.serving.server.dispatch import run_request
-from bless.serving.server.errors import NotFound, ServiceError
+from bless.serving.server.errors import NotFound, ServiceError, Unimplemented
 from bless.serving.server.jobs import MODEL_VERSION, Outcome, ServedApp
+from bless.serving.server.model_config import model_config
 from bless.serving.server.rpc import generic_handler
 from bless.serving.server.tensors import (
     TensorSpec,
@@ -34,12 +41,69 @@ from bless.serving.server.tensors import (
     requested_outputs,
 )
 
-EXTENSIONS = ("statistics", "parameters")
+log = logging.getLogger("bless.serving.server")
+
+EXTENSIONS = ("statistics", "parameters", "model_configuration")
+"""Triton extensions served in full (not model_repository: no load/unload; not the shared-memory ones)."""
+
+TIMINGS = {
+    "queue": "arrival at the scheduler to the start of the first kernel",
+    "compute": "start of the first kernel to the end of the last",
+    "latency": "arrival to the end of the last kernel (queue + compute)",
+    "sync_wait": "end of the last kernel until the host saw it (a squad synchronises as a whole)",
+}
+"""The timing parameters of every response (``bless_<name>_seconds`` and ``bless_<name>_us``)."""
+
+MICROSECONDS = 1e6
+
+_REGISTER = "register apps over bless.admin.v1.AdminService (`bless client register NAME --profile P --quota 50%`)"
+_IN_REQUEST = (
+    "send tensors in the request (raw_input_contents or contents; perf_analyzer's default --shared-memory none)"
+)
+NOT_APPLICABLE = {
+    "RepositoryModelLoad": f"bless has no model repository to load files from: {_REGISTER}",
+    "RepositoryModelUnload": "bless has no model repository: remove an app with bless.admin.v1.AdminService/UnregisterApp "
+    "(`bless client unregister NAME`)",
+    **dict.fromkeys(
+        ("SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister"),
+        f"system shared memory is not supported: bless reads tensors from the request only; {_IN_REQUEST}",
+    ),
+    **dict.fromkeys(
+        ("CudaSharedMemoryStatus", "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister"),
+        "CUDA shared memory does not apply: bless serves a simulated GPU, or a real one its own process holds, "
+        f"and maps no client's CUDA IPC handle; {_IN_REQUEST}",
+    ),
+    "TraceSetting": "bless has no Triton request tracing: every response carries its timings "
+    "(parameters bless_queue_us, bless_compute_us, bless_latency_us, bless_sync_wait_us) and /metrics the totals",
+    "LogSettings": "bless's logging is set when it starts: `bless serve --log-level`",
+}
+"""Triton RPCs that do not apply to bless, and why (answered UNIMPLEMENTED)."""
+
+REPOSITORY_STATES = {True: ("READY", ""), False: ("UNAVAILABLE", "the server is shutting down")}
+"""Triton's model state in RepositoryIndex (and its reason) by whether the server is ready."""
+
+_END = object()
+"""Marks the end of a ModelStreamInfer answer queue."""
 
 
 def check_version(name: str, version: str) -> None:
     if version not in ("", MODEL_VERSION):
         raise NotFound(f"model {name!r} has no version {version!r}; bless serves version {MODEL_VERSION} only")
+
+
+def _not_applicable(rpc: str):
+    async def refuse(request: Any, context: Any) -> Any:
+        raise Unimplemented(f"{rpc}: {NOT_APPLICABLE[rpc]}")
+
+    return refuse
+
+
+def set_timings(response: Any, outcome: Outcome) -> None:
+    """The :data:`TIMINGS` of ``outcome`` as response parameters, in seconds and in microseconds."""
+    for name in TIMINGS:
+        seconds = getattr(outcome, name)
+        response.parameters[f"bless_{name}_seconds"].double_param = seconds
+        response.parameters[f"bless_{name}_us"].int64_param = round(seconds * MICROSECONDS)
 
 
 RAW_OUTPUT_TAG = bytes([oip.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number << 3 | 2])
@@ -68,10 +132,7 @@ def encode_response(
     then into its serialisation), holding the GIL against the event loop: they are
     copied once, by the final join."""
     response = oip.ModelInferResponse(model_name=served.name, model_version=MODEL_VERSION, id=request_id)
-    response.parameters["bless_queue_seconds"].double_param = outcome.queue
-    response.parameters["bless_compute_seconds"].double_param = outcome.compute
-    response.parameters["bless_latency_seconds"].double_param = outcome.latency
-    response.parameters["bless_sync_wait_seconds"].double_param = outcome.sync_wait
+    set_timings(response, outcome)
     raw: list[bytes] = []
     for spec, shape, chunks in output_chunks(served.name, inputs, shapes, wanted):
         response.outputs.add(name=spec.name, datatype=spec.datatype, shape=shape)
@@ -94,7 +155,11 @@ class InferenceService:
                 "ServerMetadata": self.server_metadata,
                 "ModelMetadata": self.model_metadata,
                 "ModelInfer": self.model_infer,
+                "ModelStreamInfer": self.model_stream_infer,
+                "ModelConfig": self.model_config,
                 "ModelStatistics": self.model_statistics,
+                "RepositoryIndex": self.repository_index,
+                **{rpc: _not_applicable(rpc) for rpc in NOT_APPLICABLE},
             },
         )
 
@@ -127,16 +192,82 @@ class InferenceService:
             outputs=[T(name=t.name, datatype=t.datatype, shape=t.shape) for t in served.spec.outputs],
         )
 
-    async def model_infer(self, request: Any, context: Any) -> Any:
+    async def model_config(self, request: Any, context: Any) -> Any:
+        served = self.core.lookup(request.name)
+        check_version(request.name, request.version)
+        return oip.ModelConfigResponse(config=model_config(served, self.platform, MODEL_VERSION))
+
+    async def repository_index(self, request: Any, context: Any) -> Any:
+        if request.repository_name:
+            raise NotFound(
+                f"no repository {request.repository_name!r}: bless has one, its registered apps; "
+                f"leave repository_name empty"
+            )
+        state, reason = REPOSITORY_STATES[self.core.ready]
+        response = oip.RepositoryIndexResponse()
+        if state == "READY" or not request.ready:
+            for served in self.core.apps():
+                response.models.add(name=served.name, version=MODEL_VERSION, state=state, reason=reason)
+        return response
+
+    async def model_infer(self, request: Any, context: Any) -> bytes:
+        return await self.infer(request, context.time_remaining())
+
+    async def infer(self, request: Any, timeout: float | None) -> bytes:
+        """ModelInfer for either front end (gRPC, REST): the serialised response.  ``timeout``
+        is the client's time left (None: no deadline); the request is dropped once it passes."""
         received = time.perf_counter()
         served = self.core.lookup(request.model_name)
         try:
-            return await self._infer(served, request, context, received)
+            return await self._infer(served, request, timeout, received)
         except ServiceError:
             served.stats.rpc_failed(time.perf_counter() - received)
             raise
 
-    async def _infer(self, served: ServedApp, request: Any, context: Any, received: float) -> bytes:
+    async def model_stream_infer(self, requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        """Each request on the stream is a ModelInfer of its own, run concurrently with the
+        others; answers are written as requests finish (clients match them by ``id``).  As in
+        Triton, a failed request answers ``error_message`` and the stream goes on; the stream
+        ends once the client has closed its side and every request is answered.  A cancelled
+        stream cancels its requests."""
+        answers: asyncio.Queue = asyncio.Queue()
+        running: set[asyncio.Task] = set()
+
+        async def answer(request: Any) -> None:
+            try:
+                answered = await self.model_infer(request, context)
+                response = oip.ModelStreamInferResponse(infer_response=oip.ModelInferResponse.FromString(answered))
+            except Exception as e:
+                if not isinstance(e, ServiceError):
+                    log.exception("ModelStreamInfer failed")
+                response = oip.ModelStreamInferResponse(
+                    error_message=str(e) if isinstance(e, ServiceError) else f"ModelInfer failed in the server: {e!r}"
+                )
+                response.infer_response.model_name = request.model_name
+                response.infer_response.id = request.id
+            answers.put_nowait(response)
+
+        async def read() -> None:
+            try:
+                async for request in requests:
+                    task = asyncio.create_task(answer(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                await asyncio.gather(*running)
+            finally:
+                answers.put_nowait(_END)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (item := await answers.get()) is not _END:
+                yield item
+            await reader  # a failure reading the request stream fails the RPC
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+
+    async def _infer(self, served: ServedApp, request: Any, timeout: float | None, received: float) -> bytes:
         spec = served.spec
         try:
             check_version(served.name, request.model_version)
@@ -153,7 +284,7 @@ class InferenceService:
             served,
             lambda outcome: encode_response(served, request.id, outcome, inputs, shapes, wanted),
             output_bytes=size,
-            timeout=context.time_remaining(),
+            timeout=timeout,
             received=received,
             decode=time.perf_counter() - received,
         )

@@ -9,9 +9,9 @@ also as ``/v2/models/{name}/versions/{version}/...`` (version ``1`` only).
 **One serving path.**  Every handler calls the same :class:`InferenceService` methods
 the gRPC server calls, with the same protobuf messages (built by
 :mod:`bless.serving.server.rest_codec`), so a REST request is validated, queued,
-scheduled and counted exactly like a gRPC one.  Those methods do not use their gRPC
-context; REST passes ``None``.  Only the model configuration and the repository
-index, which the gRPC service does not serve, read the serving core directly.
+scheduled and counted exactly like a gRPC one.  Inference goes through
+:meth:`InferenceService.infer` (the client's deadline as a plain timeout); the other
+methods do not use their gRPC context, and REST passes ``None``.
 
 **Stack: Starlette on uvicorn**, the ASGI pair under KServe's Python model server and
 Seldon's MLServer (both via FastAPI, which is Starlette plus request models).
@@ -64,8 +64,14 @@ from starlette.routing import Route
 from bless.serving.api import oip
 from bless.serving.server.errors import InvalidArgument, ServiceError
 from bless.serving.server.inference import MODEL_VERSION, InferenceService, check_version
-from bless.serving.server.jobs import ServedApp
-from bless.serving.server.rest_codec import HEADER_LENGTH, infer_body, infer_call, message_json, split_body
+from bless.serving.server.rest_codec import (
+    HEADER_LENGTH,
+    config_json,
+    infer_body,
+    infer_call,
+    message_json,
+    split_body,
+)
 
 log = logging.getLogger("bless.serving.server")
 T = TypeVar("T")
@@ -120,36 +126,6 @@ def _endpoint(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request
             return _error(500, f"{request.method} {request.url.path} failed in the server: {e!r}")
 
     return call
-
-
-def triton_type(datatype: str) -> str:
-    """An OIP datatype as Triton's model configuration names it."""
-    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
-
-
-def model_config(served: ServedApp, platform: str) -> dict[str, Any]:
-    """An app as a Triton model configuration (JSON): no batching, the declared tensors (the full
-    shape, -1 any size), and its bless registration as string parameters."""
-    spec = served.spec
-
-    def tensors(specs):
-        return [{"name": t.name, "data_type": triton_type(t.datatype), "dims": list(t.shape)} for t in specs]
-
-    registration = {
-        "profile": spec.profile,
-        "quota": f"{spec.quota:g}",
-        "memory_bytes": spec.memory_bytes,
-        "slo": spec.slo,
-    }
-    return {
-        "name": spec.name,
-        "platform": platform,
-        "version_policy": {"specific": {"versions": [int(MODEL_VERSION)]}},
-        "max_batch_size": 0,
-        "input": tensors(spec.inputs),
-        "output": tensors(spec.outputs),
-        "parameters": {f"bless_{k}": {"string_value": str(v)} for k, v in registration.items()},
-    }
 
 
 async def _disconnected(receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
@@ -249,9 +225,8 @@ class RestApi:
 
     async def model_config(self, request: Request) -> Response:
         name, version = self._model(request)
-        served = self.service.core.lookup(name)
-        check_version(name, version)
-        return JSONResponse(model_config(served, self.service.platform))
+        response = await self.service.model_config(oip.ModelConfigRequest(name=name, version=version), None)
+        return JSONResponse(config_json(response.config))
 
     async def statistics(self, request: Request) -> Response:
         name, version = request.path_params.get("model", ""), request.path_params.get("version", "")
@@ -266,11 +241,11 @@ class RestApi:
             raise InvalidArgument(f"request body: not valid JSON: {e}") from None
         if not isinstance(query, dict) or not isinstance(query.get("ready", False), bool):
             raise InvalidArgument('request body: expected {} or {"ready": true|false}')
-        state = "READY" if self.service.core.ready else "UNAVAILABLE"
-        if query.get("ready") and state != "READY":
-            return JSONResponse([])
+        index = await self.service.repository_index(oip.RepositoryIndexRequest(ready=query.get("ready", False)), None)
         return JSONResponse(
-            [{"name": a.name, "version": MODEL_VERSION, "state": state} for a in self.service.core.apps()]
+            [
+                {k: v for k, v in message_json(m).items() if v != ""} for m in index.models
+            ]  # Triton omits an empty reason
         )
 
     # ---------------------------------------------------------------- inference
@@ -280,9 +255,10 @@ class RestApi:
         check_version(name, version)
         header, binary = split_body(await self._body(request), request.headers.get(HEADER_LENGTH))
         call = infer_call(name, version, header, binary)
-        response = await _unless_disconnected(request, self.service.model_infer(call.request, None))
-        if response is None:
+        answered = await _unless_disconnected(request, self.service.infer(call.request, timeout=None))
+        if answered is None:
             return Response(status_code=CLIENT_GONE)
+        response = oip.ModelInferResponse.FromString(answered)
         content, json_length = infer_body(response, call)
         if json_length is None:
             return Response(content, media_type="application/json")

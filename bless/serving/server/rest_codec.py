@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from bless.serving.api import oip
@@ -340,3 +342,43 @@ def message_json(message: Message) -> dict[str, Any]:
         return [value(item) for item in v]  # a repeated field
 
     return {f.name: value(getattr(message, f.name)) for f in message.DESCRIPTOR.fields}
+
+
+_INT64 = frozenset(
+    {
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED64,
+    }
+)
+
+
+def config_json(message: Message) -> dict[str, Any]:
+    """A message with enums and maps (Triton's ModelConfig) as Triton's HTTP API writes it:
+    protobuf's JSON mapping with the proto's field names and defaults, but 64-bit integers
+    as numbers (``dims: [-1, 3]``, not ``["-1", "3"]``)."""
+    d = json_format.MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    _int64_as_numbers(message.DESCRIPTOR, d)
+    return d
+
+
+def _int64_as_numbers(descriptor: Any, d: dict[str, Any]) -> None:
+    for f in descriptor.fields:
+        if f.name not in d:
+            continue
+        v = d[f.name]
+        repeated = f.is_repeated
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            value = f.message_type.fields_by_name["value"]
+            for key, item in v.items():
+                if value.message_type is not None:
+                    _int64_as_numbers(value.message_type, item)
+                elif value.type in _INT64:
+                    v[key] = int(item)
+        elif f.message_type is not None:
+            for item in v if repeated else [v]:
+                _int64_as_numbers(f.message_type, item)
+        elif f.type in _INT64:
+            d[f.name] = [int(x) for x in v] if repeated else int(v)

@@ -3,25 +3,44 @@
 The message classes come from :mod:`bless.serving.api`'s private descriptor pool, so
 no generated servicer code is involved (see that module for why).  Requests are
 decoded here rather than by grpc, which would answer a malformed message UNKNOWN and
-log a traceback: here it is INVALID_ARGUMENT and one log line at most.
+log a traceback: here it is INVALID_ARGUMENT and one log line at most.  Methods are
+unary or bidirectional streams (Triton's ModelStreamInfer).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
 
-from bless.serving.api import methods
-from bless.serving.server.errors import ServiceError
+from bless.serving.api import Method, methods
+from bless.serving.server.errors import InvalidArgument, ServiceError
 
 log = logging.getLogger("bless.serving.server")
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+StreamHandler = Callable[[AsyncIterator[Any], grpc.aio.ServicerContext], AsyncIterator[Any]]
+"""A bidirectional-streaming method: the request stream in, an async generator of answers out."""
+
+
+def _decode(name: str, raw: bytes, request_type: type, context: grpc.aio.ServicerContext) -> Any:
+    try:
+        return request_type.FromString(raw)
+    except DecodeError as e:
+        log.info("%s: malformed request from %s: %s", name, context.peer(), e)
+        raise InvalidArgument(f"{name}: malformed request: {e}") from None
+
+
+async def _abort(name: str, error: Exception, context: grpc.aio.ServicerContext) -> None:
+    """Answer a :class:`ServiceError` with its status code; anything else is INTERNAL and logged."""
+    if isinstance(error, ServiceError):
+        await context.abort(error.code, str(error), retry_pushback(error))
+    log.error("%s failed", name, exc_info=error)
+    await context.abort(grpc.StatusCode.INTERNAL, f"{name} failed in the server: {error!r}")
 
 
 def _guarded(name: str, fn: Handler, request_type: type) -> Handler:
@@ -31,19 +50,11 @@ def _guarded(name: str, fn: Handler, request_type: type) -> Handler:
     @functools.wraps(fn)
     async def call(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         try:
-            request = request_type.FromString(raw)
-        except DecodeError as e:
-            log.info("%s: malformed request from %s: %s", name, context.peer(), e)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: malformed request: {e}")
-        try:
-            return await fn(request, context)
-        except ServiceError as e:
-            await context.abort(e.code, str(e), retry_pushback(e))
+            return await fn(_decode(name, raw, request_type, context), context)
         except grpc.aio.AbortError:
             raise
         except Exception as e:
-            log.exception("%s failed", name)
-            await context.abort(grpc.StatusCode.INTERNAL, f"{name} failed in the server: {e!r}")
+            await _abort(name, e, context)
 
     return call
 
@@ -66,20 +77,45 @@ def _serialize(message: Any) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
 
 
-def generic_handler(service: str, implementations: dict[str, Handler]) -> grpc.GenericRpcHandler:
-    """A handler for every method of ``service``; each must have an implementation."""
+def _guarded_stream(name: str, fn: StreamHandler, request_type: type) -> StreamHandler:
+    """:func:`_guarded` for a bidirectional stream: a malformed message ends it INVALID_ARGUMENT."""
+
+    @functools.wraps(fn)
+    async def call(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def decoded() -> AsyncIterator[Any]:
+            async for raw in raws:
+                yield _decode(name, raw, request_type, context)
+
+        try:
+            async for answer in fn(decoded(), context):
+                yield answer
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            await _abort(name, e, context)
+
+    return call
+
+
+def _method_handler(service: str, spec: Method, fn: Any) -> grpc.RpcMethodHandler:
+    name = f"{service}/{spec.name}"
+    # request_deserializer None: bytes, decoded by the guard
+    codec = {"request_deserializer": None, "response_serializer": _serialize}
+    if spec.client_streaming and spec.server_streaming:
+        return grpc.stream_stream_rpc_method_handler(_guarded_stream(name, fn, spec.request), **codec)
+    if spec.client_streaming or spec.server_streaming:
+        raise ValueError(f"{name}: only unary and bidirectional-streaming methods are supported")
+    return grpc.unary_unary_rpc_method_handler(_guarded(name, fn, spec.request), **codec)
+
+
+def generic_handler(service: str, implementations: dict[str, Handler | StreamHandler]) -> grpc.GenericRpcHandler:
+    """A handler for every method of ``service``; each must have an implementation
+    (a :data:`Handler`, or a :data:`StreamHandler` for a bidirectional stream)."""
     specs = methods(service)
     missing = sorted(set(specs) - set(implementations))
     if missing:
         raise ValueError(f"{service}: no implementation for {', '.join(missing)}")
     return grpc.method_handlers_generic_handler(
         service,
-        {
-            name: grpc.unary_unary_rpc_method_handler(
-                _guarded(f"{service}/{name}", implementations[name], spec.request),
-                request_deserializer=None,  # bytes: decoded by _guarded
-                response_serializer=_serialize,
-            )
-            for name, spec in specs.items()
-        },
+        {name: _method_handler(service, spec, implementations[name]) for name, spec in specs.items()},
     )

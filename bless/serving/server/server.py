@@ -1,9 +1,10 @@
 """One bless server for one GPU: the serving loop, the gRPC services, the REST API, the metrics endpoint.
 
 Threads: the serving loop (:mod:`bless.serving.server.core`), one asyncio thread for
-the gRPC server (both services, generic handlers), uvicorn's thread for the OIP v2
-REST API (:mod:`bless.serving.server.rest`, the same inference service over HTTP),
-and Prometheus' HTTP thread.  :meth:`BlessServer.start` returns once every port is bound;
+the gRPC server (both services through generic handlers, plus the standard health
+and reflection services, :mod:`bless.serving.server.discovery`), uvicorn's thread for
+the OIP v2 REST API (:mod:`bless.serving.server.rest`, the same inference service over
+HTTP), and Prometheus' HTTP thread.  :meth:`BlessServer.start` returns once every port is bound;
 :meth:`BlessServer.stop` is the graceful shutdown (also what SIGTERM does
 under ``bless serve``).
 """
@@ -21,9 +22,11 @@ import grpc
 from bless.backend.interface import Backend, create_backend
 from bless.core.lifecycle import AppState
 from bless.policies.bless import BlessPolicy
+from bless.serving.api import ADMIN_SERVICE, OIP_SERVICE
 from bless.serving.server.admin import AdminService
 from bless.serving.server.config import ServerConfig
 from bless.serving.server.core import ServingCore
+from bless.serving.server.discovery import ServingHealth, add_discovery
 from bless.serving.server.errors import StartupError
 from bless.serving.server.inference import InferenceService
 from bless.serving.server.metrics import ServerMetrics
@@ -106,6 +109,7 @@ class BlessServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._grpc: grpc.aio.Server | None = None
+        self._health: ServingHealth | None = None
         self._httpd = None
         self._rest: RestServer | None = None
         self._store: StateStore | None = None
@@ -193,6 +197,7 @@ class BlessServer:
                 AdminService(self.core, self.auth).handler(),
             )
         )
+        self._health = await add_discovery(server, self.core, (OIP_SERVICE, ADMIN_SERVICE))
         where = _address(self.config.host, self.config.grpc_port)
         credentials = grpc_server_credentials(self.config)
         try:
@@ -218,6 +223,8 @@ class BlessServer:
         log.info("stopped")
 
     def _release(self, grace: float) -> None:
+        if self._health is not None:  # health checkers see the shutdown before requests are refused
+            asyncio.run_coroutine_threadsafe(self._health.enter_graceful_shutdown(), self._loop).result()
         if self.core is not None and self.core.alive:
             self.core.stop(grace)
         if self._loop is not None:
