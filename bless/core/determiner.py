@@ -88,7 +88,7 @@ from bless.backend.interface import HostCosts
 from bless.core.scheduler import Squad
 from bless.hw.gpus import N_LEVELS, GpuSpec
 from bless.hw.interference import InterferenceModel
-from bless.profiles import features
+from bless.profiles import curves, features
 from bless.profiles.format import Profile
 
 MODES = ("auto", "nsp", "sp", "seq")
@@ -179,10 +179,13 @@ class AppTables:
             )
         n = profile.n_kernels
         self.is_copy = profile.memcpy_mask()
-        # The simulator's own reading of the profile (bless.profiles.features): duration with
-        # n SMs available, n = 0..sm_count, never slower with more SMs; a copy takes its
-        # full-GPU time whatever the SMs.
-        dense = features.solo_curves(profile, gpu)
+        # Duration with n SMs available, n = 0..sm_count (index 0: inf), as the simulator reads
+        # it (bless.profiles.features.solo_curves) but for one rounding: a copy here takes the
+        # least time over its curve, there its time at the full GPU, which can differ in the
+        # last bit.  Kept so the committed results regenerate bit for bit.
+        dense = curves.dense_curve(np.array(profile.level_sms), profile.t, gpu.sm_count)
+        dense[1:] = np.minimum.accumulate(dense[1:], axis=0)
+        dense[1:, self.is_copy] = dense[-1, self.is_copy]
         self.dense = np.ascontiguousarray(dense.T)
         """Shape (kernels, sm_count + 1): each kernel's duration at every SM count."""
         self.full = np.ascontiguousarray(dense[-1])
