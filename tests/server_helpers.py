@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -109,3 +111,19 @@ def code_of(fut: grpc.Future) -> grpc.StatusCode:
     except grpc.RpcError as e:
         return e.code()
     return grpc.StatusCode.OK
+
+
+def self_signed(tmp_path, name: str) -> tuple:
+    """A self-signed certificate for 127.0.0.1/localhost and its key (openssl writes the key 0600)."""
+    cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        + ["-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", f"/CN={name}"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")

@@ -4,7 +4,6 @@ reads show, and input validation (malformed messages, quotas, SLOs, ports)."""
 
 import logging
 import os
-import shutil
 import signal
 import socket
 import ssl
@@ -15,7 +14,14 @@ import urllib.request
 
 import grpc
 import pytest
-from server_helpers import admin, make_server, profile_dir, server  # noqa: F401  (fixtures)
+from server_helpers import (  # noqa: F401  (fixtures)
+    admin,
+    make_server,
+    needs_openssl,
+    profile_dir,
+    self_signed,
+    server,
+)
 
 from bless.harness.config import ConfigError
 from bless.serving.api import ADMIN_SERVICE, OIP_SERVICE, methods
@@ -37,22 +43,6 @@ def code_and_details(call) -> tuple[grpc.StatusCode, str]:
 
 
 # ---------------------------------------------------------------------------- TLS
-def self_signed(tmp_path, name: str) -> tuple:
-    """A self-signed certificate for 127.0.0.1/localhost and its key (openssl writes the key 0600)."""
-    cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        + ["-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", f"/CN={name}"]
-        + ["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
-needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
-
-
 @needs_openssl
 def test_tls_round_trip_on_grpc_rest_and_metrics(make_server, tmp_path):
     cert, key = self_signed(tmp_path, "server")

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bless.cli import make_console
+from bless.cli import UserError, make_console
+
+if TYPE_CHECKING:
+    import grpc
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +33,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="state dir of a local server, to read its generated admin token (default ~/.local/state/bless)",
     )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per call (default 60)")
+    p.add_argument(
+        "--tls-ca",
+        type=Path,
+        help="PEM certificate to trust for the server: its own (self-signed) or its CA's; turns TLS on "
+        "(default $BLESS_TLS_CA)",
+    )
+    p.add_argument(
+        "--tls-cert",
+        type=Path,
+        help="PEM client certificate, for a server that requires one (mutual TLS; default $BLESS_TLS_CERT)",
+    )
+    p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert (default $BLESS_TLS_KEY)")
+    p.add_argument(
+        "--tls", action="store_true", help="TLS trusting the system's CAs (implied by --tls-ca and --tls-cert)"
+    )
     cmds = p.add_subparsers(dest="client_command", required=True, metavar="COMMAND")
 
     r = cmds.add_parser("register", help="register an app (admission answers accepted or why not)")
@@ -109,6 +129,81 @@ def _token(args: argparse.Namespace) -> str | None:
     return args.token or os.environ.get("BLESS_ADMIN_TOKEN") or state_token(args.state_dir or default_state_dir())
 
 
+TLS_OPTIONS = {
+    "ca": ("--tls-ca", "BLESS_TLS_CA"),
+    "cert": ("--tls-cert", "BLESS_TLS_CERT"),
+    "key": ("--tls-key", "BLESS_TLS_KEY"),
+}
+"""Each TLS file: its flag and the environment variable that stands in for it (as $BLESS_SERVER
+and $BLESS_ADMIN_TOKEN do for --server and --token)."""
+
+
+def _tls_files(args: argparse.Namespace) -> tuple[dict[str, Path | None], dict[str, str]]:
+    """Each TLS file from its flag, else its environment variable, and how errors name it."""
+    files: dict[str, Path | None] = {}
+    labels: dict[str, str] = {}
+    for name, (flag, env) in TLS_OPTIONS.items():
+        given = getattr(args, f"tls_{name}")
+        if given is None and os.environ.get(env):
+            given, labels[name] = Path(os.environ[env]), f"${env} ({flag})"
+        else:
+            labels[name] = flag
+        files[name] = given
+    return files, labels
+
+
+def _credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | None:
+    """The channel credentials of every subcommand: TLS when --tls or a TLS file is given, by
+    flag or environment variable (the flag wins); errors name the flag or variable used."""
+    from bless.serving.client.tls import channel_credentials
+
+    files, labels = _tls_files(args)
+    if not args.tls and all(path is None for path in files.values()):
+        return None
+    return channel_credentials(**files, labels=labels)
+
+
+CONNECT_FAILED = "failed to connect to all addresses"
+"""gRPC's words when no connection could be set up (the call never reached a server)."""
+
+
+def _connection_hint(address: str, tls: bool, client_cert: bool, error: grpc.RpcError) -> str | None:
+    """Why a call reached no server, when TLS is why: gRPC says only "Socket closed" when a
+    plain-text client meets a TLS server or a server misses the client's certificate."""
+    import grpc
+
+    from bless.serving.client.tls import Transport, probe
+
+    details = error.details() or ""
+    if error.code() != grpc.StatusCode.UNAVAILABLE or CONNECT_FAILED not in details:
+        return None
+    found = probe(address)
+    if not tls:
+        if found not in (Transport.TLS, Transport.TLS_CLOSED):
+            return None
+        also = " and --tls-cert/--tls-key (it wants a client certificate)" if found is Transport.TLS_CLOSED else ""
+        return (
+            f"{address} speaks TLS and this client sent plain text: pass --tls-ca with the server's "
+            f"certificate or the CA that signed it (or set $BLESS_TLS_CA){also}"
+        )
+    if found is Transport.PLAINTEXT:
+        return (
+            f"{address} does not speak TLS: leave out --tls, --tls-ca, --tls-cert, --tls-key and $BLESS_TLS_*, "
+            "or start the server with --tls-cert and --tls-key"
+        )
+    untrusted = re.search(r"CERTIFICATE_VERIFY_FAILED: ([^:]+)", details)
+    if untrusted:
+        return (
+            f"{address}'s certificate is not trusted ({untrusted.group(1).strip()}): pass --tls-ca with the "
+            "server's certificate or the CA that signed it"
+        )
+    if found is Transport.TLS_CLOSED:
+        if client_cert:
+            return f"{address} refused the client certificate: give one signed by the CA of its --tls-client-ca"
+        return f"{address} requires a client certificate (mutual TLS): pass --tls-cert and --tls-key"
+    return None
+
+
 def _tensors(specs: list[str], default, flag: str):
     if not specs:
         return default
@@ -126,16 +221,27 @@ def _ms(x: float) -> str:
     return "-" if x != x else f"{x * 1e3:.2f}"
 
 
+GRPC_VERBOSITY = "ERROR"
+"""gRPC's C core logs a failed TLS handshake on stderr at INFO level, beside the one-line
+error this command prints for it; a $GRPC_VERBOSITY the user set still wins."""
+
+
 def client(args: argparse.Namespace) -> int:
+    os.environ.setdefault("GRPC_VERBOSITY", GRPC_VERBOSITY)  # read when grpc is first imported
     import grpc
 
     from bless.serving.client import BlessClient
 
     console = make_console()
-    with BlessClient(args.server, token=_token(args), timeout=args.timeout) as c:
+    credentials = _credentials(args)
+    with BlessClient(args.server, token=_token(args), timeout=args.timeout, credentials=credentials) as c:
         try:
             return _COMMANDS[args.client_command](c, args, console)
         except grpc.RpcError as e:
+            client_cert = _tls_files(args)[0]["cert"] is not None
+            hint = _connection_hint(args.server, credentials is not None, client_cert, e)
+            if hint:
+                raise UserError(hint) from None
             console.print(f"[red]{e.code().name}[/red]: {e.details()}")
             return 1
 
@@ -299,7 +405,11 @@ def _infer(c, args, console) -> int:
 
     load = Poisson(args.rate) if args.rate else ClosedLoop(0.0, relative=False)
     result = replay(
-        args.server, [AppLoad(args.app, load, requests=args.requests)], seed=args.seed, timeout=args.timeout
+        c.address,
+        [AppLoad(args.app, load, requests=args.requests)],
+        seed=args.seed,
+        timeout=args.timeout,
+        credentials=c.credentials,
     )
     _print_replay(result, console)
     return 0 if all(s.status == "OK" for s in result.samples) else 1
@@ -334,11 +444,12 @@ def _replay(c, args, console) -> int:
     if not loads:
         raise ValueError("nothing to replay: give --config RUN.yaml and/or --load APP=LOAD")
     result = replay(
-        args.server,
+        c.address,
         loads,
         args.duration or duration,
         seed=args.seed if args.seed is not None else seed,
         timeout=args.timeout,
+        credentials=c.credentials,
     )
     _print_replay(result, console)
     return 0

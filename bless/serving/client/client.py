@@ -104,6 +104,8 @@ class BlessClient:
     ) -> None:
         self.address = address
         self.timeout = timeout
+        self.credentials = credentials
+        """The channel's TLS credentials (None: plain text), for other connections to the same server (a replay)."""
         self._auth = (("authorization", f"Bearer {token}"),) if token else ()
         options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import numpy as np
 
 from bless.serving.server.server import state_token
@@ -125,9 +126,16 @@ class LoadResult:
 
 
 def hammer(
-    address: str, apps: list[str], clients: int, total: int, input_shape: tuple[int, ...] = (1, 16)
+    address: str,
+    apps: list[str],
+    clients: int,
+    total: int,
+    input_shape: tuple[int, ...] = (1, 16),
+    *,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> LoadResult:
-    """``total`` requests from ``clients`` closed-loop threads, app ``i % len(apps)`` for client ``i``."""
+    """``total`` requests from ``clients`` closed-loop threads, app ``i % len(apps)`` for client ``i``;
+    ``credentials`` (e.g. :func:`~bless.serving.client.tls.channel_credentials`) for a server with TLS."""
     import tritonclient.grpc as triton
 
     rows: list[tuple[int, float, float, float]] = []
@@ -136,7 +144,7 @@ def hammer(
 
     def client(i: int) -> None:
         app = apps[i % len(apps)]
-        c = triton.InferenceServerClient(address)
+        c = triton.InferenceServerClient(address, creds=credentials)
         x = triton.InferInput("INPUT", list(input_shape), "FP32")
         x.set_data_from_numpy(np.full(input_shape, i, dtype=np.float32))
         for _ in range(total // clients + (i < total % clients)):

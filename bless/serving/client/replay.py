@@ -180,11 +180,16 @@ async def replay_async(
     seed: int = 0,
     timeout: float = 60.0,
     max_in_flight: int = 10_000,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> ReplayResult:
-    """Run ``loads`` against the server at ``address`` for ``duration`` seconds (or their request counts)."""
+    """Run ``loads`` against the server at ``address`` for ``duration`` seconds (or their request counts);
+    ``credentials`` (e.g. :func:`~bless.serving.client.tls.channel_credentials`) for a server with TLS."""
     if duration == math.inf and any(spec.requests is None for spec in loads):
         raise ValueError("give a duration or a request count for every app, or the replay never ends")
-    async with grpc.aio.insecure_channel(address) as channel:
+    channel = (
+        grpc.aio.insecure_channel(address) if credentials is None else grpc.aio.secure_channel(address, credentials)
+    )
+    async with channel:
         meta_call = methods(OIP_SERVICE)["ModelMetadata"]
         get_meta = channel.unary_unary(
             meta_call.path,
