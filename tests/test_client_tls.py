@@ -103,8 +103,9 @@ def test_mutual_tls_with_a_client_certificate(make_server, certs, capsys):
 @needs_openssl
 def test_tls_at_a_plain_server_or_with_the_wrong_ca_says_so(make_server, certs, capsys):
     plain = make_server(admin_token=TOKEN)
-    assert bless_client(plain.address, "--tls-ca", certs["cert"], "apps") == 2
-    assert f"{plain.address} does not speak TLS: leave out --tls" in one_line_error(capsys)
+    for tls in (["--tls-ca", certs["cert"]], ["--tls"]):  # --tls: TLS trusting the system's CAs
+        assert bless_client(plain.address, *tls, "apps") == 2
+        assert f"{plain.address} does not speak TLS: leave out --tls" in one_line_error(capsys)
     server = make_server(
         tls_cert=certs["cert"], tls_key=certs["key"], admin_token=TOKEN, state_dir=plain.config.state_dir.parent / "s2"
     )

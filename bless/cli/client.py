@@ -36,15 +36,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--tls-ca",
         type=Path,
+        metavar="PEM",
         help="PEM certificate to trust for the server: its own (self-signed) or its CA's; turns TLS on "
         "(default $BLESS_TLS_CA)",
     )
     p.add_argument(
         "--tls-cert",
         type=Path,
+        metavar="PEM",
         help="PEM client certificate, for a server that requires one (mutual TLS; default $BLESS_TLS_CERT)",
     )
-    p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert (default $BLESS_TLS_KEY)")
+    p.add_argument("--tls-key", type=Path, metavar="PEM", help="PEM private key of --tls-cert (default $BLESS_TLS_KEY)")
     p.add_argument(
         "--tls", action="store_true", help="TLS trusting the system's CAs (implied by --tls-ca and --tls-cert)"
     )
