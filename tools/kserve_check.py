@@ -1,7 +1,7 @@
 """Every call of KServe's Python inference clients against a bless server, and what it answered.
 
     python tools/kserve_check.py                          # starts `bless serve` with SAMPLE_APPS
-    python tools/kserve_check.py --grpc 127.0.0.1:8001 --http http://127.0.0.1:8000 --model resnet
+    python tools/kserve_check.py --grpc-address 127.0.0.1:8001 --rest-url http://127.0.0.1:8000 --app resnet
 
 KServe's ``kserve`` package has two OIP v2 clients: ``InferenceGRPCClient``
 (``is_server_live``, ``is_server_ready``, ``is_model_ready``, ``infer``) and
@@ -23,7 +23,10 @@ venv of its own:
     python3 -m venv /tmp/kserve-venv
     /tmp/kserve-venv/bin/pip install -e '.[test]' kserve 'protobuf<7'
     /tmp/kserve-venv/bin/python tools/kserve_check.py
-    /tmp/kserve-venv/bin/python -m pytest tests/test_server_kserve.py   # the same checks as tests
+    /tmp/kserve-venv/bin/python -m pytest tests/test_server_kserve.py   # runs this tool
+
+Run it in a process without ``tritonclient``: both packages register ``inference.*`` in
+protobuf's default descriptor pool, and the second import fails.
 
 What KServe's client cannot do, whatever the server (the checks leave it out and say
 so): BF16 tensors (no BF16 in its numpy mapping; over gRPC a response holding a BF16
@@ -520,19 +523,21 @@ def _serve_and_check() -> list[tuple[str, str, str]]:
 
 
 def main() -> None:
+    # Importing kserve already parsed sys.argv with its model server's options (--grpc_port,
+    # --http_port, --model_name, ...), abbreviations allowed: ours must prefix none of them.
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--grpc", help="a running server's gRPC address (host:port); default: start one")
-    ap.add_argument("--http", help="its REST base URL (http://host:port)")
-    ap.add_argument("--model", action="append", help="a registered model to call (repeatable)")
+    ap.add_argument("--grpc-address", help="a running server's gRPC address (host:port); default: start one")
+    ap.add_argument("--rest-url", help="its REST base URL (http://host:port)")
+    ap.add_argument("--app", action="append", help="a registered app (model) to call; repeatable")
     args = ap.parse_args()
     # KServe's clients log every failed call with its traceback; the expected errors here are checked instead.
     logging.getLogger("kserve.trace").setLevel(logging.CRITICAL)
-    if args.grpc is None:
+    if args.grpc_address is None:
         rows = _serve_and_check()
-    elif args.http is None or not args.model:
-        ap.error("--grpc needs --http and at least one --model")
+    elif args.rest_url is None or not args.app:
+        ap.error("--grpc-address needs --rest-url and at least one --app")
     else:
-        rows = run_checks(Target(args.grpc, args.http, tuple(args.model)))
+        rows = run_checks(Target(args.grpc_address, args.rest_url, tuple(args.app)))
     width = max(len(name) for name, _, _ in rows)
     for name, status, detail in rows:
         print(f"{name:<{width}}  {status:<4}  {detail}")
