@@ -139,6 +139,22 @@ def test_plain_json_as_curl_sends_it(rest):
     assert httpx.get(url(server, "/v2/models/m")).json()["outputs"][0]["shape"] == [-1, 4]
 
 
+def test_health_answers_carry_the_oip_json_bodies(rest):
+    """The OIP REST spec's bodies, which KServe's InferenceRESTClient reads (Triton sends none,
+    and tritonclient reads only the status): an empty body made its is_server_live fail."""
+    server, _ = rest
+    for path, body in [
+        ("/v2/health/live", {"live": True}),
+        ("/v2/health/ready", {"ready": True}),
+        ("/v2/models/m/ready", {"name": "m", "ready": True}),
+        ("/v2/models/m/versions/1/ready", {"name": "m", "ready": True}),
+    ]:
+        r = httpx.get(url(server, path))
+        assert (r.status_code, r.headers["content-type"], r.json()) == (200, "application/json", body), path
+    not_ready = httpx.get(url(server, "/v2/models/nope/ready"))
+    assert not_ready.status_code == 400 and "model 'nope' is not ready" in not_ready.json()["error"]
+
+
 def fp32_input(**changes):
     tensor = {"name": "INPUT", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16}
     return {"inputs": [tensor | changes]}

@@ -61,10 +61,13 @@ class ServeProcess:
         banner = self.wait_for_line("bless serving on", timeout=BANNER_TIMEOUT_S)
         address = re.search(r"serving on (\S+) ", banner)
         metrics = re.search(r"metrics (\S+);", banner)
-        if address is None or metrics is None:
-            raise RuntimeError(f"bless serve's banner names no address or metrics URL: {banner!r}")
+        rest = re.search(r"REST (\S+);", banner)
+        if address is None or metrics is None or rest is None:
+            raise RuntimeError(f"bless serve's banner names no address, REST or metrics URL: {banner!r}")
         self.address = address.group(1)
         self.metrics_url = metrics.group(1)
+        self.rest_url = rest.group(1).removesuffix("/v2")
+        """The REST API's base URL (``http://127.0.0.1:PORT``)."""
         self.token = state_token(self.state)
 
     def _read(self) -> None:

@@ -22,6 +22,11 @@ thread, on a socket bound before :meth:`RestServer.start` returns, so a port
 in use is an error at start, as for gRPC; a slow JSON encoding does not hold up
 the gRPC loop's event handling.
 
+**Health answers** carry the OIP's JSON bodies (``{"live": true}``, ``{"ready": true}``,
+``{"name": ..., "ready": true}``) with Triton's statuses: Triton sends no body and its
+client reads only the status, while KServe's ``InferenceRESTClient`` reads the body
+(``is_server_live`` failed on Triton's empty one).
+
 **Status codes** are Triton's (its HTTP server's ``HttpCodeFromError``): invalid
 request 400, unknown model or version 404, unavailable 503, internal 500 (a
 kernel fault), not ready 400 on the health and model-ready endpoints.  Triton has
@@ -192,11 +197,11 @@ class RestApi:
     # ---------------------------------------------------------------- health and metadata
     async def live(self, request: Request) -> Response:
         live = (await self.service.server_live(oip.ServerLiveRequest(), None)).live
-        return Response() if live else _error(NOT_READY, "the server is not live")
+        return JSONResponse({"live": True}) if live else _error(NOT_READY, "the server is not live")
 
     async def ready(self, request: Request) -> Response:
         if (await self.service.server_ready(oip.ServerReadyRequest(), None)).ready:
-            return Response()
+            return JSONResponse({"ready": True})
         why = self.service.core.failure or "it is starting or shutting down"
         return _error(NOT_READY, f"the server is not ready: {why}")
 
@@ -218,7 +223,7 @@ class RestApi:
         name, version = self._model(request)
         response = await self.service.model_ready(oip.ModelReadyRequest(name=name, version=version), None)
         if response.ready:
-            return Response()
+            return JSONResponse({"name": name, "ready": True})
         return _error(
             NOT_READY, f"model {name!r} is not ready: unknown, not version {MODEL_VERSION}, or the server is not ready"
         )
