@@ -353,3 +353,24 @@ def test_a_taken_port_is_an_error_at_start_and_stop_closes_the_port(make_server)
     first.stop()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/v2/health/live")
+
+
+def test_triton_extensions_that_do_not_apply_answer_501_with_the_reason(rest):
+    """tritonclient.http's repository, shared-memory, trace and log calls get Triton's
+    'not implemented' status and the same reason the gRPC service gives, not a bare 404."""
+    server, _ = rest
+    client = triton_http.InferenceServerClient(server.http_address)
+    calls = {
+        "load_model": lambda: client.load_model("m"),
+        "unload_model": lambda: client.unload_model("m"),
+        "get_system_shared_memory_status": client.get_system_shared_memory_status,
+        "register_system_shared_memory": lambda: client.register_system_shared_memory("r", "/k", 8),
+        "get_cuda_shared_memory_status": client.get_cuda_shared_memory_status,
+        "get_trace_settings": client.get_trace_settings,
+        "get_log_settings": client.get_log_settings,
+    }
+    for name, call in calls.items():
+        with pytest.raises(triton_http.InferenceServerException) as e:
+            call()
+        assert e.value.status() == "501", name
+        assert "bless" in e.value.message() and "no endpoint" not in e.value.message(), name

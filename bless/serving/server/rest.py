@@ -68,7 +68,7 @@ from starlette.routing import Route
 
 from bless.serving.api import oip
 from bless.serving.server.errors import InvalidArgument, ServiceError
-from bless.serving.server.inference import MODEL_VERSION, InferenceService, check_version
+from bless.serving.server.inference import MODEL_VERSION, NOT_APPLICABLE, InferenceService, check_version
 from bless.serving.server.rest_codec import (
     HEADER_LENGTH,
     config_json,
@@ -159,6 +159,35 @@ async def _unless_disconnected(request: Request, work: Coroutine[Any, Any, T]) -
     return task.result()
 
 
+NOT_APPLICABLE_PATHS = {
+    "/v2/repository/models/{model}/load": "RepositoryModelLoad",
+    "/v2/repository/models/{model}/unload": "RepositoryModelUnload",
+    "/v2/systemsharedmemory/status": "SystemSharedMemoryStatus",
+    "/v2/systemsharedmemory/region/{region}/status": "SystemSharedMemoryStatus",
+    "/v2/systemsharedmemory/region/{region}/register": "SystemSharedMemoryRegister",
+    "/v2/systemsharedmemory/unregister": "SystemSharedMemoryUnregister",
+    "/v2/systemsharedmemory/region/{region}/unregister": "SystemSharedMemoryUnregister",
+    "/v2/cudasharedmemory/status": "CudaSharedMemoryStatus",
+    "/v2/cudasharedmemory/region/{region}/status": "CudaSharedMemoryStatus",
+    "/v2/cudasharedmemory/region/{region}/register": "CudaSharedMemoryRegister",
+    "/v2/cudasharedmemory/unregister": "CudaSharedMemoryUnregister",
+    "/v2/cudasharedmemory/region/{region}/unregister": "CudaSharedMemoryUnregister",
+    "/v2/trace/setting": "TraceSetting",
+    "/v2/models/{model}/trace/setting": "TraceSetting",
+    "/v2/logging": "LogSettings",
+}
+"""Triton's REST extensions that do not apply to bless, by the gRPC method that says why."""
+
+
+def _not_applicable(rpc: str) -> Callable[[Request], Awaitable[Response]]:
+    """Triton's HTTP status for an unimplemented call (501), with the same reason gRPC gives."""
+
+    async def refuse(request: Request) -> Response:
+        return _error(501, f"{request.url.path}: {NOT_APPLICABLE[rpc]}")
+
+    return refuse
+
+
 class RestApi:
     """The endpoints, over one :class:`InferenceService`; :meth:`app` is the ASGI application."""
 
@@ -184,6 +213,7 @@ class RestApi:
             *model_routes("/config", self.model_config, ["GET"]),
             *model_routes("/stats", self.statistics, ["GET"]),
             *model_routes("/infer", self.infer, ["POST"]),
+            *(Route(path, _not_applicable(rpc), methods=["GET", "POST"]) for path, rpc in NOT_APPLICABLE_PATHS.items()),
         ]
 
         async def no_route(request: Request, exc: Exception) -> Response:
