@@ -143,7 +143,7 @@ def main(argv=None) -> int:
         "candidate's, averaged over splits, ± the standard deviation over splits of the per-split mean "
         "(`bless kace evaluate --repeats 30`).  '-': the data set has no column for that rule.",
         "",
-        "| data set (pairs) | " + " | ".join(policies) + " |",
+        "| data set (pairs) | " + " | ".join(p.replace("|", "\\|") for p in policies) + " |",
         "|---|" + "---:|" * len(policies),
         "| paper, V100 (21 workloads) | "
         + " | ".join(f"{PAPER[p]:.3f}" if p in PAPER else "" for p in policies).replace("KACE paper", "")
