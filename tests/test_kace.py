@@ -12,6 +12,7 @@ from bless.cli import main
 from bless.colocation import kace_data
 from bless.colocation import kace_policies as pol
 from bless.colocation.kace import (
+    CORRELATION_GRID,
     ForestModel,
     KaceModel,
     ModelError,
@@ -293,7 +294,7 @@ def test_evaluate_end_to_end_on_generated_data_is_deterministic(tmp_path):
     config = EvalConfig(train_frac=0.3, seed=1, repeats=3)
     a, b = evaluate(data, config), evaluate(data, config)
     np.testing.assert_array_equal(a.scores, b.scores)
-    assert a.policies == ("KACE", "Xu RF", "MEMCAP", "SM%", "MEM%", "Best-rule", "Random", "Oracle")
+    assert a.policies == ("KACE", "Xu RF", "Linear", "MEMCAP", "SM%", "MEM%", "Best-rule", "Random", "Oracle")
     assert np.all(a.scores[~np.isnan(a.scores)] <= 1 + 1e-12)
     assert np.allclose(a.average[a.policies.index("Oracle")], 1.0)
     unseen = evaluate(data, EvalConfig(train_frac=0.5, seed=1, unseen=True))
@@ -334,3 +335,86 @@ def test_cli_generate_evaluate_fit_rank(tmp_path, capsys):
         main(["kace", "rank", "--model", str(model), "--features", f, "--target", "nope", "--candidates", "syn1"]) == 2
     )
     assert "unknown workload 'nope'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ cross-validated fit, symmetry, recovery
+def _linear_data(n=12, noise_columns=0, seed=3):
+    """F whose pair throughput sum is a known linear function of the pair features (plus noise columns)."""
+    t = _table(n, seed)
+    rng = np.random.default_rng(seed + 100)
+    if noise_columns:
+        extra = rng.normal(size=(n, noise_columns))
+        t = FeatureTable(
+            t.workloads, (*t.columns, *(f"n{i}" for i in range(noise_columns))), np.hstack([t.values, extra])
+        )
+    pairs = list(itertools.combinations_with_replacement(t.workloads, 2))
+    x = pair_matrix(t, pairs)
+    y = 2.0 - 0.004 * x[:, 0] - 0.01 * x[:, 1] + 0.05 * x[:, 2]
+    return t, pairs, x, y
+
+
+def test_kace_is_symmetric_in_the_pair():
+    t, pairs, x, y = _linear_data(noise_columns=3)
+    model = KaceModel.fit(x[::3], y[::3] + 0.01 * np.sin(np.arange(len(y[::3]))), t.columns)
+    np.testing.assert_allclose(model.predict_pairs(t, pairs), model.predict_pairs(t, [(b, a) for a, b in pairs]))
+
+
+def test_default_fit_recovers_an_exact_linear_relation_and_the_paper_model_is_one_choice():
+    t, _pairs, x, y = _linear_data()
+    model = KaceModel.fit(x[::2], y[::2], t.columns)  # cut-off and penalty by CV
+    assert model.min_correlation in CORRELATION_GRID
+    assert model.ridge == 0.0  # noiseless: least squares has no CV error, and ties go to it
+    np.testing.assert_allclose(model.predict(x), y, rtol=1e-8)
+    paper = KaceModel.fit(x[::2], y[::2], t.columns, min_correlation=0.2, ridge=0.0)
+    assert (paper.min_correlation, paper.ridge) == (0.2, 0.0)
+    again = KaceModel.fit(x[::2], y[::2], t.columns)
+    np.testing.assert_array_equal(again.coefficients, model.coefficients)  # deterministic
+
+
+def test_evaluation_kace_matches_the_oracle_on_a_linear_data_set_and_the_oracle_scores_one(tmp_path):
+    t, pairs, _x, y = _linear_data(n=10, noise_columns=2)
+    measured = [kace_data.PairMeasurement(a, b, s / 2, s / 2) for (a, b), s in zip(pairs, y)]
+    f = kace_data.write_features(tmp_path / "f.csv", t)
+    p = kace_data.write_pairs(tmp_path / "p.csv", tuple(measured))
+    data = kace_data.load(f, p)
+    ev = evaluate(data, EvalConfig(train_frac=0.3, repeats=3, seed=2))
+    avg = dict(zip(ev.policies, ev.average))
+    assert avg["Oracle"] == 1.0
+    assert avg["KACE"] == pytest.approx(1.0, abs=1e-6)  # the ranking is recovered for every target
+    assert avg["Linear"] == pytest.approx(1.0, abs=1e-6)
+    assert avg["Random"] < 0.99
+
+
+def test_version_1_model_files_still_load(tmp_path):
+    t, _pairs, x, y = _linear_data()
+    model = KaceModel.fit(x, y, t.columns, 0.2, 0.0)
+    raw = model.to_dict()
+    raw["version"] = 1
+    del raw["ridge"]
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(raw))
+    loaded = KaceModel.load(path)
+    assert loaded.ridge == 0.0
+    np.testing.assert_allclose(loaded.predict(x), model.predict(x))
+
+
+def test_negative_ridge_is_refused():
+    t, _pairs, x, y = _linear_data()
+    with pytest.raises(ModelError, match="ridge"):
+        KaceModel.fit(x, y, t.columns, ridge=-1.0)
+
+
+# ------------------------------------------------------------------ the real A100 pairs in KACE's format
+def test_a100_pairs_convert_to_kace_format():
+    from bless.colocation.kace_a100 import convert
+    from bless.shared_data import shared_data_dir
+
+    pairs_dir = shared_data_dir() / "colocation" / "a100_mps_pairs"
+    kernels_dir = shared_data_dir() / "calibration" / "a100_mps_kernels"
+    if not (pairs_dir / "corun_resnet50.csv").exists() or not kernels_dir.exists():
+        pytest.skip("needs ../shared/data/colocation/a100_mps_pairs and calibration/a100_mps_kernels")
+    table, pairs = convert(pairs_dir, kernels_dir)
+    assert len(table.workloads) == 35 and len(pairs) == 126
+    mps = dict(zip(table.workloads, table.column("mps_pct")))
+    assert all(mps[p.workload1] + mps[p.workload2] == 100 for p in pairs)
+    assert len({p.key for p in pairs}) == len(pairs)

@@ -6,7 +6,7 @@ import argparse
 import os
 
 from bless.cli import make_console
-from bless.colocation.kace import MIN_CORRELATION
+from bless.colocation.kace import CORRELATION_GRID, MIN_CORRELATION
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,6 +41,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     rank.add_argument("--candidates", nargs="+", required=True)
     rank.set_defaults(func=run_rank)
 
+    a100 = verbs.add_parser(
+        "from-a100", help="write F and P from the real A100 MPS pairs in the shared data (ResNet50 beside ResNet50)"
+    )
+    a100.add_argument("--out", required=True, help="directory for features.csv and pairs.csv")
+    a100.add_argument(
+        "--solo",
+        choices=("own", "full"),
+        default="own",
+        help="throughputs relative to the workload alone under its own MPS limit (default) or on the whole GPU",
+    )
+    a100.set_defaults(func=run_from_a100)
+
     gen = verbs.add_parser("generate", help="co-run every pair of profiled apps on the simulator; write F and P")
     gen.add_argument("--gpu", default="a100")
     gen.add_argument("--out", required=True, help="directory for features.csv, pairs.csv, generate.json")
@@ -62,8 +74,15 @@ def _data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--min-correlation",
         type=float,
-        default=MIN_CORRELATION,
-        help=f"drop pair features less correlated with the target (default {MIN_CORRELATION}, as the paper)",
+        help="KACE drops pair features less correlated with the target than this (default: chosen by 5-fold "
+        f"cross-validation on the training pairs among {', '.join(map(str, CORRELATION_GRID))}; "
+        f"the paper fixes {MIN_CORRELATION})",
+    )
+    p.add_argument(
+        "--ridge",
+        type=float,
+        help="KACE's ridge penalty on z-scored features (default: chosen by cross-validation on the training "
+        "pairs; 0 is the paper's least squares: --min-correlation 0.2 --ridge 0 is the paper's model)",
     )
 
 
@@ -90,6 +109,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         unseen=args.unseen,
         min_correlation=args.min_correlation,
+        ridge=args.ridge,
         rule_columns={"MEMCAP": args.memcap_column, "SM%": args.sm_column, "MEM%": args.mem_column},
     )
     result = evaluate(data, config, pairs_source=args.pairs)
@@ -120,9 +140,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
             + ", ".join(f"{k} {v}/{fits}" for k, v in result.best_rules.most_common())
         )
     console.print(
-        f"KACE features kept (|r| >= {args.min_correlation:.2f}): "
-        + ", ".join(f"{k} {v}/{fits}" for k, v in result.kace_columns.most_common())
+        "KACE |r| cut-off and ridge penalty (chosen by CV on training pairs unless given): "
+        + ", ".join(f"|r|>={r:g} ridge {a:.3g}: {v}/{fits}" for (r, a), v in result.kace_choices.most_common())
     )
+    console.print("KACE features kept: " + ", ".join(f"{k} {v}/{fits}" for k, v in result.kace_columns.most_common()))
     if result.interpolating_fits:
         console.print(
             f"note: {result.interpolating_fits} of {result.fits} KACE fits had no more training pairs than "
@@ -150,11 +171,11 @@ def run_fit(args: argparse.Namespace) -> int:
     data = kace_data.load(args.features, args.pairs, normalised=args.normalised)
     _note_relative(data)
     x = pair_matrix(data.features, [(p.workload1, p.workload2) for p in data.pairs])
-    model = KaceModel.fit(x, data.throughput_sums, data.features.columns, args.min_correlation)
+    model = KaceModel.fit(x, data.throughput_sums, data.features.columns, args.min_correlation, args.ridge)
     path = model.save(args.out)
     print(
-        f"KACE model trained on {len(data.pairs)} pairs, using {', '.join(model.inputs.selected_names)}; "
-        f"written to {path}"
+        f"KACE model trained on {len(data.pairs)} pairs (|r| >= {model.min_correlation:g}, ridge {model.ridge:.3g}), "
+        f"using {', '.join(model.inputs.selected_names)}; written to {path}"
     )
     return 0
 
@@ -178,6 +199,25 @@ def run_rank(args: argparse.Namespace) -> int:
     for rank, i in enumerate(np.argsort(-predicted, kind="stable"), 1):
         out.add_row(str(rank), args.candidates[i], f"{predicted[i]:.3f}")
     make_console().print(out)
+    return 0
+
+
+# ------------------------------------------------------------------ from-a100
+def run_from_a100(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from bless.colocation.kace_a100 import convert
+    from bless.colocation.kace_data import write_features, write_pairs
+    from bless.shared_data import shared_file
+
+    dataset = "the A100 MPS pair and kernel data (see ../shared/data/README.md)"
+    pairs_dir = shared_file("colocation/a100_mps_pairs/corun_resnet50.csv", dataset).parent
+    kernels_dir = shared_file("calibration/a100_mps_kernels/resnet50_kernels_aligned.csv.gz", dataset).parent
+    table, pairs = convert(pairs_dir, kernels_dir, args.solo)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    f, p = write_features(out / "features.csv", table), write_pairs(out / "pairs.csv", pairs)
+    print(f"{len(table.workloads)} workloads, {len(pairs)} pairs (solo: {args.solo}); wrote {f} and {p}")
     return 0
 
 

@@ -7,6 +7,10 @@ score is the picked pair's measured throughput sum over the best candidate's
 (the Oracle), so 1.0 is perfect.  Scores are averaged per target over repeats
 (new random split each), then over targets.
 
+Besides KACE and Xu et al.'s random forest, **Linear** is plain least squares
+on every pair feature (no |r| filter, no penalty): what KACE's selection and
+fit have to beat to be worth having.
+
 ``unseen``: for each target, every pair with it is removed from the training
 sample, and all of its pairs are candidates; one model per target.
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +43,8 @@ from bless.colocation.kace_data import ColocationData, DataError, FeatureTable
 
 KACE = "KACE"
 FOREST = "Xu RF"
+LINEAR = "Linear"
+"""Plain least squares on every pair feature (no selection, no penalty): the baseline KACE must beat."""
 BEST_RULE = "Best-rule"
 RANDOM = "Random"
 ORACLE = "Oracle"
@@ -57,7 +63,10 @@ class EvalConfig:
     seed: int = 0
     repeats: int = 1
     unseen: bool = False
-    min_correlation: float = MIN_CORRELATION
+    min_correlation: float | None = None
+    """KACE's |r| cut-off; None: chosen by cross-validation on the training pairs."""
+    ridge: float | None = None
+    """KACE's ridge penalty; None: chosen by cross-validation (0.2 and 0.0: the paper's model)."""
     rule_columns: dict[str, str | None] = field(default_factory=dict)
     """Rule name -> F column to read (None: the defaults above)."""
 
@@ -86,6 +95,8 @@ class Evaluation:
     """How often each rule was the offline Best-rule."""
     kace_columns: Counter
     """How often each F column was kept by KACE's correlation filter."""
+    kace_choices: Counter
+    """How often KACE used each (|r| cut-off, ridge penalty)."""
     interpolating_fits: int
     """KACE fits with no more training pairs than coefficients (an exact fit: values
     predicted for new pairs are unreliable, though their order may still be right)."""
@@ -133,16 +144,31 @@ def training_size(n_pairs: int, train_frac: float, source: str) -> int:
     return n_train
 
 
-def evaluate(data: ColocationData, config: EvalConfig, pairs_source: str = "pairs") -> Evaluation:
-    """Score every policy per target (see the module docstring)."""
+Pair = tuple[str, str]
+ModelFactory = Callable[[FeatureTable, Sequence[Pair], np.ndarray, int], object]
+"""(F, training pairs, their throughput sums, seed) -> a fitted model with ``predict_pairs(F, pairs)``."""
+
+
+def evaluate(
+    data: ColocationData,
+    config: EvalConfig,
+    pairs_source: str = "pairs",
+    extra_models: Mapping[str, ModelFactory] | None = None,
+) -> Evaluation:
+    """Score every policy per target (see the module docstring).
+
+    ``extra_models`` adds model-driven policies (name -> factory), fitted on the
+    same training pairs and scored on the same candidates as KACE.
+    """
+    extra = dict(extra_models or {})
     if config.repeats < 1:
         raise DataError(f"--repeats must be at least 1, got {config.repeats}")
     table = data.features
     rules, missing = resolve_rule_columns(table, config.rule_columns)
-    policies = (KACE, FOREST, *[r.name for r in rules], *([BEST_RULE] if rules else []), RANDOM, ORACLE)
+    policies = (KACE, FOREST, LINEAR, *extra, *[r.name for r in rules], *([BEST_RULE] if rules else []), RANDOM, ORACLE)
     n = len(data.pairs)
     n_train = training_size(n, config.train_frac, pairs_source)
-    x = pair_matrix(table, [(p.workload1, p.workload2) for p in data.pairs])
+    x: list[Pair] = [(p.workload1, p.workload2) for p in data.pairs]
     y = data.throughput_sums
     targets = tuple(w for w in table.workloads if any(p.involves(w) for p in data.pairs))
     rng = np.random.default_rng(config.seed)
@@ -159,13 +185,13 @@ def evaluate(data: ColocationData, config: EvalConfig, pairs_source: str = "pair
                         f"{MIN_TRAINING_PAIRS}; raise --train-frac or measure more pairs"
                     )
                 candidates_idx = [i for i, p in enumerate(data.pairs) if p.involves(target)]
-                models = _fit(x, y, held, candidates_idx, table.columns, config, state, seed=config.seed + r)
+                models = _fit(table, x, y, held, candidates_idx, config, state, config.seed + r, extra)
                 best = _best_rule(rules, data, table, held, targets, state)
                 per_repeat[r, ti] = _scores(data, table, target, candidates_idx, x, models, rules, best, policies)
         else:
             in_train = set(train.tolist())
             rest = [i for i in range(n) if i not in in_train]
-            models = _fit(x, y, train, rest, table.columns, config, state, seed=config.seed + r)
+            models = _fit(table, x, y, train, rest, config, state, config.seed + r, extra)
             best = _best_rule(rules, data, table, train, targets, state)
             for ti, target in enumerate(targets):
                 candidates_idx = [i for i in rest if data.pairs[i].involves(target)]
@@ -185,9 +211,10 @@ def evaluate(data: ColocationData, config: EvalConfig, pairs_source: str = "pair
         training_pairs=state.training_pairs or n_train,
         best_rules=state.best_rules,
         kace_columns=state.kace_columns,
+        kace_choices=state.kace_choices,
         interpolating_fits=state.interpolating_fits,
         fits=state.fits,
-        errors={name: state.error(name) for name in (KACE, FOREST)},
+        errors={name: state.error(name) for name in (KACE, FOREST, LINEAR, *extra)},
         missing_rules=missing,
     )
 
@@ -200,9 +227,10 @@ class _Tally:
     training_pairs: int = 0
     best_rules: Counter = field(default_factory=Counter)
     kace_columns: Counter = field(default_factory=Counter)
+    kace_choices: Counter = field(default_factory=Counter)
     interpolating_fits: int = 0
     fits: int = 0
-    predicted: dict[str, list[float]] = field(default_factory=lambda: {KACE: [], FOREST: []})
+    predicted: dict[str, list[float]] = field(default_factory=dict)
     measured: list[float] = field(default_factory=list)
 
     def error(self, model: str) -> PredictionError:
@@ -214,17 +242,34 @@ class _Tally:
         return PredictionError(float(np.abs(p - m).mean()), float(r2))
 
 
-def _fit(x, y, train, evaluated, columns, config: EvalConfig, state: _Tally, seed: int) -> dict[str, object]:
-    """Fit both models on ``train``; note their errors on the ``evaluated`` pairs."""
-    kace = KaceModel.fit(x[train], y[train], columns, config.min_correlation)
-    forest = ForestModel.fit(x[train], y[train], columns, seed=seed, min_correlation=config.min_correlation)
+def _fit(
+    table: FeatureTable,
+    pairs: Sequence[Pair],
+    y: np.ndarray,
+    train,
+    evaluated,
+    config: EvalConfig,
+    state: _Tally,
+    seed: int,
+    extra: Mapping[str, ModelFactory],
+) -> dict[str, object]:
+    """Fit every model on ``train``; note their errors on the ``evaluated`` pairs."""
+    train_pairs = [pairs[i] for i in train]
+    x = pair_matrix(table, train_pairs)
+    kace = KaceModel.fit(x, y[train], table.columns, config.min_correlation, config.ridge)
+    forest_r = MIN_CORRELATION if config.min_correlation is None else config.min_correlation
+    forest = ForestModel.fit(x, y[train], table.columns, seed=seed, min_correlation=forest_r)
+    linear = KaceModel.fit(x, y[train], table.columns, min_correlation=0.0, ridge=0.0)
     state.training_pairs = state.training_pairs or len(train)
     state.kace_columns.update(kace.inputs.selected_names)
+    state.kace_choices[(kace.min_correlation, kace.ridge)] += 1
     state.fits += 1
-    state.interpolating_fits += len(train) <= len(kace.inputs.selected) + 1
-    models = {KACE: kace, FOREST: forest}
+    state.interpolating_fits += kace.exact_fit
+    models: dict[str, object] = {KACE: kace, FOREST: forest, LINEAR: linear}
+    models.update({name: factory(table, train_pairs, y[train], seed) for name, factory in extra.items()})
+    evaluated_pairs = [pairs[i] for i in evaluated]
     for name, model in models.items():
-        state.predicted[name].extend(model.predict(x[evaluated]).tolist())
+        state.predicted.setdefault(name, []).extend(model.predict_pairs(table, evaluated_pairs).tolist())
     state.measured.extend(y[evaluated].tolist())
     return models
 
@@ -263,11 +308,10 @@ def _best_rule(rules, data: ColocationData, table: FeatureTable, train, targets,
 
 def _scores(data, table, target, idx, x, models, rules, best, policies) -> np.ndarray:
     """Every policy's score for one target among the candidate pairs ``idx``."""
-    predicted = {name: m.predict(x[idx]) for name, m in models.items()}
+    predicted = {name: m.predict_pairs(table, [x[i] for i in idx]) for name, m in models.items()}
     cands = _candidates(data, table, target, idx, predicted)
     row = {
-        KACE: pol.score(cands, pol.pick_predicted(cands, KACE)),
-        FOREST: pol.score(cands, pol.pick_predicted(cands, FOREST)),
+        **{name: pol.score(cands, pol.pick_predicted(cands, name)) for name in models},
         RANDOM: pol.random_score(cands),
         ORACLE: 1.0,
     }
