@@ -1,0 +1,162 @@
+"""``bless cluster up|status|down``: several (simulated) GPUs on Ray, one serving core each, a placing controller."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import threading
+from pathlib import Path
+
+from bless.cli import UserError, make_console
+
+ADDRESS_FILE = "cluster.json"
+"""In the state directory: the Ray address of the cluster `up` started or joined."""
+
+
+def default_cluster_dir() -> Path:
+    from bless.serving.server.config import default_state_dir
+
+    return default_state_dir() / "cluster"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cluster", help="several GPUs on a Ray cluster: up, status, down")
+    csub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--state-dir",
+            type=Path,
+            default=None,
+            help="placement state and agents' stores (default: ~/.local/state/bless/cluster)",
+        )
+        q.add_argument("--address", default=None, help="Ray cluster address (default: the one `up` recorded)")
+
+    up = csub.add_parser("up", help="start (or, with --address, join) a Ray cluster and the bless actors")
+    common(up)
+    up.add_argument("--gpus", type=int, required=True, help="GPUs: one agent each")
+    up.add_argument("--backend", default="sim", choices=("sim", "cuda"), help="sim only in this version")
+    up.add_argument("--gpu", default="a100", help="GPU model of the simulated GPUs")
+    up.add_argument(
+        "--policy", default="first-fit", choices=("first-fit", "best-fit-memory", "colocation"), help="placement policy"
+    )
+    up.add_argument("--kace-model", default=None, help="a `bless kace fit` model for --policy colocation")
+    up.set_defaults(func=run_up)
+    st = csub.add_parser("status", help="per GPU: apps, quotas, memory, utilisation, latency against ISO")
+    common(st)
+    st.add_argument("--json", action="store_true", help="print the status as JSON")
+    st.set_defaults(func=run_status)
+    down = csub.add_parser("down", help="stop the bless actors (and the local Ray cluster `up` started)")
+    common(down)
+    down.set_defaults(func=run_down)
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return (args.state_dir or default_cluster_dir()).expanduser()
+
+
+def _address(args: argparse.Namespace) -> str:
+    if args.address:
+        return args.address
+    path = _state_dir(args) / ADDRESS_FILE
+    try:
+        return json.loads(path.read_text())["address"]
+    except FileNotFoundError:
+        raise UserError(f"no cluster recorded in {path}: `bless cluster up` first, or give --address") from None
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from bless.cluster import ray_actors as ra
+
+    if args.backend != "sim":
+        raise UserError("--backend cuda: this version of bless cluster runs simulated GPUs only (--backend sim)")
+    if args.gpus < 1:
+        raise UserError(f"--gpus: at least 1, got {args.gpus}")
+    state_dir = _state_dir(args)
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    local = args.address is None
+    ray = ra.connect(args.address, **({"resources": {ra.SIM_RESOURCE: args.gpus}} if local else {}))
+    address = ray.get_runtime_context().gcs_address
+    ra.start_cluster(
+        args.gpus, state_dir, gpu=args.gpu, backend=args.backend, policy=args.policy, kace_model=args.kace_model
+    )
+    record = state_dir / ADDRESS_FILE
+    record.write_text(json.dumps({"address": address, "gpus": args.gpus, "pid": os.getpid(), "local": local}))
+    print(
+        f"bless cluster up: {args.gpus} simulated {args.gpu} GPUs, placement {args.policy}, Ray at {address}",
+        flush=True,
+    )
+    print(f"state in {state_dir}; `bless cluster status`, `bless cluster down`", flush=True)
+    if not local:
+        return 0  # the actors are detached: they outlive this command
+    # The local Ray cluster lives as long as this process: serve until `down` or a signal.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        while not stop.is_set():
+            if ra.wait_gone(timeout=0.5, period=0.25):
+                break
+        else:
+            ra.stop_cluster()
+    finally:
+        record.unlink(missing_ok=True)
+        ray.shutdown()
+    print("bless cluster down", flush=True)
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from bless.cluster import ray_actors as ra
+
+    ra.connect(_address(args))
+    gpus = ra.call(ra.controller_handle(), "status")
+    if args.json:
+        print(json.dumps(gpus, indent=1, default=lambda x: None))
+        return 0
+    from rich.table import Table
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.2f}"
+
+    table = Table(title="bless cluster")
+    for col in ("GPU", "memory GiB", "util", "app", "quota", "requests", "p50 ms", "p99 ms", "ISO ms", "over target"):
+        table.add_column(col)
+    for g in gpus:
+        if "error" in g:
+            table.add_row(g["gpu_id"], "-", "-", f"[red]{g['error']}[/red]", "", "", "", "", "", "")
+            continue
+        util = g["utilisation"]
+        head = [
+            g["gpu_id"],
+            f"{g['memory_used_bytes'] / 2**30:.1f} / {g['memory_bytes'] / 2**30:.0f}",
+            "-" if not math.isfinite(util) else f"{util:.0%}",
+        ]
+        if not g["apps"]:
+            table.add_row(*head, "(none)", "0%", "", "", "", "", "")
+        for i, a in enumerate(g["apps"]):
+            viol = a["target_violation_rate"]
+            table.add_row(
+                *(head if i == 0 else ["", "", ""]),
+                a["name"],
+                f"{a['quota']:.0%}",
+                str(a["received"]),
+                ms(a["latency_p50"]),
+                ms(a["latency_p99"]),
+                ms(a["iso_latency"]),
+                "-" if not math.isfinite(viol) else f"{viol:.0%}",
+            )
+    make_console().print(table)
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    from bless.cluster import ray_actors as ra
+
+    ra.connect(_address(args))
+    stopped = ra.stop_cluster()
+    print(f"bless cluster down: stopped {len(stopped)} actors (state kept in {_state_dir(args)})")
+    return 0

@@ -1,0 +1,203 @@
+"""One GPU of the cluster: bless's serving core on that GPU, behind plain method calls.
+
+:class:`GpuAgent` is what ``bless serve`` runs minus its front ends: the
+serving loop (:class:`~bless.serving.server.core.ServingCore`, BLESS on one
+GPU), its admission, and its durable state (the SQLite store in the agent's
+own state directory, so an agent restarted on the same directory brings its
+apps back).  Every method is thread-safe and returns plain data, so a Ray
+actor can wrap it as is (:mod:`bless.cluster.ray_actors`) and the tests can
+call it without Ray.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from bless.cluster.placement import GpuState, PlacedApp
+from bless.profiles.format import Profile
+from bless.serving.server.config import ServerConfig
+from bless.serving.server.core import ServingCore, settle
+from bless.serving.server.errors import FailedPrecondition
+from bless.serving.server.jobs import Outcome
+from bless.serving.server.server import bless_policy, make_backend, warm_up
+from bless.serving.server.spec import AppSpec
+from bless.serving.server.store import StateStore
+
+BACKENDS = ("sim",)
+"""Backends an agent runs in this version (the CUDA backend: a GPU node per agent, to come)."""
+ANSWER_TIMEOUT = 60.0
+"""Seconds a register or unregister may wait for the serving loop."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+    gpu_id: str
+    state_dir: Path
+    gpu: str = "a100"
+    backend: str = "sim"
+    mechanism: str = "mps"
+    squad_size: int = 50
+    max_queue: int = 1024
+    noise: float = 0.0
+    seed: int = 0
+    warm_up: bool = True
+
+    def server_config(self) -> ServerConfig:
+        return ServerConfig(
+            gpu=self.gpu,
+            backend=self.backend,
+            mechanism=self.mechanism,
+            squad_size=self.squad_size,
+            max_queue=self.max_queue,
+            noise=self.noise,
+            seed=self.seed,
+            state_dir=self.state_dir,
+            http_port=-1,
+            metrics_port=-1,
+        )
+
+
+class GpuAgent:
+    """BLESS serving on one GPU; start on construction, :meth:`close` to stop."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        if config.backend not in BACKENDS:
+            raise ValueError(
+                f"backend: this version of bless cluster runs {', '.join(BACKENDS)} agents only, got {config.backend!r}"
+            )
+        self.config = config
+        cfg = config.server_config()
+        self.store = StateStore(cfg.state_dir)
+        try:
+            if config.warm_up:
+                warm_up(cfg)
+            backend = make_backend(cfg)
+            self.core = ServingCore(
+                backend,
+                bless_policy(cfg),
+                store=self.store,
+                max_queue=cfg.max_queue,
+                limits=cfg.admission,
+                max_message_bytes=cfg.max_message_bytes,
+            )
+            self.core.start()
+            self.core.restore()
+        except BaseException:
+            self.store.close()
+            raise
+        self.gpu_id = config.gpu_id
+        self._closed = False
+
+    # ------------------------------------------------------------ reads
+    def snapshot(self) -> GpuState:
+        """This GPU as placement sees it, read on the serving loop (between two squads)."""
+        core = self.core
+
+        def read() -> GpuState:
+            apps = tuple(PlacedApp(s.name, s.state.profile, s.spec.quota, s.spec.slo) for s in core.apps())
+            return GpuState(
+                gpu_id=self.gpu_id,
+                gpu=core.gpu.name,
+                memory_used_bytes=core.backend.memory_used,
+                apps=apps,
+                mechanism=core.policy.mechanism,
+                squad_size=core.policy.squad_size,
+                max_level=core.policy.max_level,
+                context_bytes=core.backend.context_bytes(core.policy.mechanism),
+                memory_bytes=core.gpu.memory_bytes,
+            )
+
+        return core.call(read).result(ANSWER_TIMEOUT)
+
+    def stats(self) -> dict[str, Any]:
+        """Per app: quota, memory, requests, latency against its target (ISO unless an SLO);
+        the GPU: memory, utilisation."""
+        core = self.core
+        gpu = core.stats.gpu
+        apps = []
+        for served in core.apps():
+            state = served.state
+            w = served.stats.window(state.target)
+            apps.append(
+                {
+                    "name": served.name,
+                    "profile": served.spec.profile,
+                    "quota": served.spec.quota,
+                    "memory_bytes": state.profile.memory_bytes,
+                    "iso_latency": state.iso_latency,
+                    "target": state.target,
+                    "received": w.received,
+                    "succeeded": w.counts.get("succeeded", 0),
+                    "queued": w.queued,
+                    "running": w.running,
+                    "latency_mean": w.latency.mean,
+                    "latency_p50": w.latency.p50,
+                    "latency_p99": w.latency.p99,
+                    "target_violation_rate": w.target_violation_rate,
+                }
+            )
+        return {
+            "gpu_id": self.gpu_id,
+            "gpu": core.gpu.name,
+            "backend": core.backend.describe(),
+            "ready": core.ready,
+            "memory_used_bytes": gpu.memory_used_bytes,
+            "memory_bytes": gpu.memory_bytes,
+            "utilisation": core.stats.recent_utilisation,
+            "quota_used": sum(a["quota"] for a in apps),
+            "apps": apps,
+            "unavailable": [{"name": u.name, "error": u.error} for u in core.unavailable()],
+        }
+
+    def apps(self) -> list[str]:
+        return [s.name for s in self.core.apps()]
+
+    # ------------------------------------------------------------ mutating
+    def register(self, spec: AppSpec, profile: Profile) -> dict[str, Any]:
+        """Deploy the app here; the serving core's own admission has the last word
+        (FailedPrecondition when it rejects)."""
+        admission, _ = self.core.register(spec, profile).result(ANSWER_TIMEOUT)
+        return {"accepted": admission.accepted, "reason": admission.reason, "warnings": list(admission.warnings)}
+
+    def unregister(self, name: str) -> int:
+        """Remove the app; the number of its queued requests that were aborted."""
+        return self.core.unregister(name).result(ANSWER_TIMEOUT)
+
+    def infer(self, name: str, timeout: float | None = None) -> dict[str, float]:
+        """Run one request of ``name``; its timings in seconds (raises the serving error, if any).
+
+        Outputs are not computed here (the OIP front ends build them from the inputs).
+        """
+        received = time.perf_counter()
+        served = self.core.lookup(name)
+        fut: Future[Outcome] = Future()
+        job = self.core.submit(served, lambda outcome: settle(fut, outcome), timeout)
+        outcome = fut.result()
+        if outcome.error is not None:
+            raise outcome.error
+        if job.claim():
+            served.stats.answered(time.perf_counter() - received, outcome.compute)
+        return {
+            "latency": outcome.latency,
+            "queue": outcome.queue,
+            "compute": outcome.compute,
+            "sync_wait": outcome.sync_wait,
+        }
+
+    def ping(self) -> str:
+        if not self.core.ready:
+            raise FailedPrecondition(f"GPU agent {self.gpu_id} is not serving: {self.core.failure or 'stopped'}")
+        return self.gpu_id
+
+    def close(self, grace: float = 1.0) -> None:
+        """Stop serving (admitted requests get ``grace`` seconds) and release the state directory."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.core.alive:
+            self.core.stop(grace)
+        self.store.close()
