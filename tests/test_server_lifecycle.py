@@ -105,6 +105,11 @@ while True:
 """
 
 
+HOL_MARGIN_S = 0.15
+"""How much slower the small app's median may be beside the big app: well under one 64 MB
+encode on the event loop (0.3-1 s here), which is what every answer waited for before."""
+
+
 def test_an_app_with_huge_outputs_does_not_stall_another_app(server, admin):
     """Before, each 64 MB response was built on the one gRPC event loop (0.3-1 s on a busy
     2-core machine), and every other app's answers waited behind it: the small app's p99
@@ -115,7 +120,7 @@ def test_an_app_with_huge_outputs_does_not_stall_another_app(server, admin):
     admin.register("small", "quick", "40%")
     register_big(admin, quota="40%")
     small_latencies(admin, 5)  # warm
-    alone = p99(small_latencies(admin, 30))
+    alone = small_latencies(admin, 30)
     request = big_request().SerializeToString().hex()
     hammers = [
         subprocess.Popen([sys.executable, "-c", HAMMER, server.address, request], stdout=subprocess.PIPE, text=True)
@@ -124,14 +129,19 @@ def test_an_app_with_huge_outputs_does_not_stall_another_app(server, admin):
     try:
         for h in hammers:
             assert h.stdout.readline() == "ready\n" and h.stdout.readline() == "big\n"
-        loaded = p99(small_latencies(admin, 30))
+        loaded = small_latencies(admin, 30)
     finally:
         for h in hammers:
             h.kill()
             h.wait()
     big = admin.stats("big").apps[0].succeeded
-    print(f"\nsmall app p99 alone {alone * 1e3:.1f} ms, next to the big app {loaded * 1e3:.1f} ms ({big} big answered)")
-    assert loaded < alone + 0.25
+    print(
+        f"\nsmall app p50 / p99 alone {np.median(alone) * 1e3:.1f} / {p99(alone) * 1e3:.1f} ms, next to the big app "
+        f"{np.median(loaded) * 1e3:.1f} / {p99(loaded) * 1e3:.1f} ms ({big} big answered)"
+    )
+    # The median, not the tail: one unlucky GIL hand-off on a loaded CI machine can take a
+    # few hundred ms, while head-of-line blocking delayed every answer by a whole encode.
+    assert np.median(loaded) < np.median(alone) + HOL_MARGIN_S
 
 
 def default_request(app: str):
