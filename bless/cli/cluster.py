@@ -14,6 +14,24 @@ from bless.cli import UserError, make_console
 
 ADDRESS_FILE = "cluster.json"
 """In the state directory: the Ray address of the cluster `up` started or joined."""
+FRONTEND_TOKEN_FILE = "admin-token"
+"""In the state directory: the front end's admin token (generated once, mode 0600)."""
+
+
+def _frontend_token(path: Path) -> str:
+    import secrets
+
+    try:
+        token = path.read_text().strip()
+        if token:
+            return token
+    except FileNotFoundError:
+        pass
+    token = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
 
 
 def default_cluster_dir() -> Path:
@@ -44,6 +62,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--policy", default="first-fit", choices=("first-fit", "best-fit-memory", "colocation"), help="placement policy"
     )
     up.add_argument("--kace-model", default=None, help="a `bless kace fit` model for --policy colocation")
+    up.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="serve the cluster's front end (OIP v2 gRPC and the admin API, as `bless serve`) on this port "
+        "(0: any free port; default: no front end)",
+    )
+    up.add_argument("--host", default="127.0.0.1", help="address the front end listens on")
     up.set_defaults(func=run_up)
     st = csub.add_parser("status", help="per GPU: apps, quotas, memory, utilisation, latency against ISO")
     common(st)
@@ -83,14 +109,31 @@ def run_up(args: argparse.Namespace) -> int:
     ra.start_cluster(
         args.gpus, state_dir, gpu=args.gpu, backend=args.backend, policy=args.policy, kace_model=args.kace_model
     )
+    front = None
+    if args.grpc_port is not None:
+        from bless.cluster.frontend import ClusterFrontend
+
+        token_file = state_dir / FRONTEND_TOKEN_FILE
+        try:
+            front = ClusterFrontend(
+                ra.ClusterClient(address), args.host, args.grpc_port, _frontend_token(token_file)
+            ).start()
+        except BaseException:
+            ra.stop_cluster()
+            raise
     record = state_dir / ADDRESS_FILE
     record.write_text(json.dumps({"address": address, "gpus": args.gpus, "pid": os.getpid(), "local": local}))
     print(
         f"bless cluster up: {args.gpus} simulated {args.gpu} GPUs, placement {args.policy}, Ray at {address}",
         flush=True,
     )
+    if front is not None:
+        print(
+            f"front end (OIP v2 gRPC + admin API) on {front.address}; admin token in {token_file}",
+            flush=True,
+        )
     print(f"state in {state_dir}; `bless cluster status`, `bless cluster down`", flush=True)
-    if not local:
+    if not local and front is None:
         return 0  # the actors are detached: they outlive this command
     # The local Ray cluster lives as long as this process: serve until `down` or a signal.
     stop = threading.Event()
@@ -101,10 +144,14 @@ def run_up(args: argparse.Namespace) -> int:
             if ra.wait_gone(timeout=0.5, period=0.25):
                 break
         else:
-            ra.stop_cluster()
+            if local:
+                ra.stop_cluster()
     finally:
+        if front is not None:
+            front.stop()
         record.unlink(missing_ok=True)
-        ray.shutdown()
+        if local:
+            ray.shutdown()
     print("bless cluster down", flush=True)
     return 0
 

@@ -4,25 +4,37 @@
 serving loop (:class:`~bless.serving.server.core.ServingCore`, BLESS on one
 GPU), its admission, and its durable state (the SQLite store in the agent's
 own state directory, so an agent restarted on the same directory brings its
-apps back).  Every method is thread-safe and returns plain data, so a Ray
+apps back).  With ``grpc_port >= 0`` it also serves its GPU's OIP v2 inference
+service and admin service over gRPC (:class:`AgentEndpoint`, on ``grpc_host``),
+which the cluster's front end (:mod:`bless.cluster.frontend`) forwards requests
+to; that admin service takes a token of its own, random, which only
+:meth:`GpuAgent.endpoint` tells.  Every method is thread-safe and returns plain data, so a Ray
 actor can wrap it as is (:mod:`bless.cluster.ray_actors`) and the tests can
 call it without Ray.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import secrets
+import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from bless.cluster.placement import GpuState, PlacedApp
 from bless.profiles.format import Profile
+from bless.serving.server.admin import AdminService
 from bless.serving.server.config import ServerConfig
 from bless.serving.server.core import ServingCore, settle
 from bless.serving.server.errors import FailedPrecondition
+from bless.serving.server.inference import InferenceService
 from bless.serving.server.jobs import Outcome
+from bless.serving.server.security import AuthGuard
 from bless.serving.server.server import bless_policy, make_backend, warm_up
 from bless.serving.server.spec import AppSpec
 from bless.serving.server.store import StateStore
@@ -45,6 +57,9 @@ class AgentConfig:
     noise: float = 0.0
     seed: int = 0
     warm_up: bool = True
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = -1
+    """The agent's own OIP v2 + admin gRPC endpoint (0: any free port; -1: none)."""
 
     def server_config(self) -> ServerConfig:
         return ServerConfig(
@@ -86,7 +101,14 @@ class GpuAgent:
             )
             self.core.start()
             self.core.restore()
+            self.endpoint_server = (
+                AgentEndpoint(self.core, config.grpc_host, config.grpc_port, cfg.max_message_bytes)
+                if config.grpc_port >= 0
+                else None
+            )
         except BaseException:
+            if getattr(self, "core", None) is not None and self.core.alive:
+                self.core.stop(0.0)
             self.store.close()
             raise
         self.gpu_id = config.gpu_id
@@ -188,6 +210,11 @@ class GpuAgent:
             "sync_wait": outcome.sync_wait,
         }
 
+    def endpoint(self) -> dict[str, str] | None:
+        """Where this agent serves gRPC (``address``) and its admin ``token``; None if it does not."""
+        e = self.endpoint_server
+        return None if e is None else {"address": e.address, "token": e.token}
+
     def ping(self) -> str:
         if not self.core.ready:
             raise FailedPrecondition(f"GPU agent {self.gpu_id} is not serving: {self.core.failure or 'stopped'}")
@@ -198,6 +225,51 @@ class GpuAgent:
         if self._closed:
             return
         self._closed = True
+        if self.endpoint_server is not None:
+            self.endpoint_server.stop()
         if self.core.alive:
             self.core.stop(grace)
         self.store.close()
+
+
+class AgentEndpoint:
+    """The agent's serving core over gRPC: the OIP v2 inference service and the admin
+    service (with a random token), on an asyncio loop of its own; serving once built."""
+
+    def __init__(self, core: ServingCore, host: str, port: int, max_message_bytes: int) -> None:
+        self.token = secrets.token_urlsafe(24)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="bless-agent-grpc", daemon=True)
+        self._thread.start()
+        platform = f"bless_{core.backend.name}"
+        try:
+            self._server, bound = asyncio.run_coroutine_threadsafe(
+                self._start(core, platform, f"{host}:{port}", max_message_bytes), self._loop
+            ).result()
+        except BaseException:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            raise
+        self.address = f"{host}:{bound}"
+
+    async def _start(self, core: ServingCore, platform: str, where: str, max_bytes: int) -> tuple[Any, int]:
+        server = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", max_bytes),
+                ("grpc.max_send_message_length", max_bytes),
+            ]
+        )
+        server.add_generic_rpc_handlers(
+            (InferenceService(core, platform).handler(), AdminService(core, AuthGuard(self.token)).handler())
+        )
+        port = server.add_insecure_port(where)
+        await server.start()
+        return server, port
+
+    def stop(self, grace: float = 1.0) -> None:
+        if not self._thread.is_alive():
+            return
+        asyncio.run_coroutine_threadsafe(self._server.stop(grace), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()

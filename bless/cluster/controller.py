@@ -203,6 +203,10 @@ class Controller:
         self.gpu_of(name)
         return dict(self.placements[name])
 
+    def endpoints(self) -> dict[str, dict[str, str] | None]:
+        """Per GPU: where its agent serves gRPC and the agent's admin token (None: it does not)."""
+        return {g: self.agents.call(g, "endpoint") for g in self.agents.ids()}
+
     def status(self) -> list[dict[str, Any]]:
         """Per GPU, in cluster order: its agent's stats (apps, quotas, memory, utilisation, latency
         against the ISO target), or why it could not be read."""

@@ -104,6 +104,9 @@ class ControllerActor:
     def status(self) -> list[dict[str, Any]]:
         return self.controller.status()
 
+    def endpoints(self) -> dict[str, dict[str, str] | None]:
+        return self.controller.endpoints()
+
     def agent_names(self) -> list[str]:
         return [agent_name(g) for g in self.gpu_ids]
 
@@ -177,7 +180,7 @@ def start_cluster(
             num_cpus=0,
             resources={SIM_RESOURCE: 1},
             max_concurrency=ACTOR_CONCURRENCY,
-        ).remote(AgentConfig(g, state_dir / g, gpu=gpu, backend=backend, warm_up=warm_up))
+        ).remote(AgentConfig(g, state_dir / g, gpu=gpu, backend=backend, warm_up=warm_up, grpc_port=0))
         for g in ids
     ]
     try:
@@ -282,3 +285,7 @@ class ClusterClient:
 
     def placements(self) -> dict[str, dict[str, Any]]:
         return call(self.controller, "placements")
+
+    def endpoints(self) -> dict[str, dict[str, str] | None]:
+        """Per GPU: its agent's gRPC address and admin token (what the front end forwards to)."""
+        return call(self.controller, "endpoints")

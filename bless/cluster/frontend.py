@@ -1,0 +1,614 @@
+"""The cluster's front end: one gRPC address speaking what ``bless serve`` speaks (OIP v2 and the admin API).
+
+Design.  Every GPU agent serves its own serving core over gRPC
+(:class:`bless.cluster.agent.AgentEndpoint`: the same inference and admin
+services as ``bless serve``).  The front end is a gRPC server whose services
+route by model name to the agent that holds the model:
+
+* **Inference** (``inference.GRPCInferenceService``).  ModelInfer, ModelMetadata,
+  ModelReady, ModelConfig, ModelStatistics (of one model) and each request of
+  ModelStreamInfer are forwarded to that agent *as raw bytes*: the front end
+  reads the model name off the wire (:func:`wire_string`, which skips the tensor
+  bytes without copying them) and passes the request and the answer through
+  undecoded, with the client's deadline, and an agent's error (code, message,
+  trailing metadata such as the retry pushback) as the client's.  The routes
+  (model -> GPU, from the controller's placements) are cached and read again on a
+  miss; an unknown model is NOT_FOUND.  ServerLive, ServerReady (every agent
+  ready) and ServerMetadata are answered here; RepositoryIndex and
+  ModelStatistics of every model are merged over the agents.
+* **Admin** (``bless.admin.v1.AdminService``, the front end's own token).
+  RegisterApp asks the controller to place and deploy the app; the answer says
+  on which GPU and why (``RegisterAppResponse.gpu``, ``.placement``, and the
+  admission reason).  UnregisterApp goes through the controller too.  ListApps
+  and GetStats are merged over the agents (``AppInfo.gpu`` names each app's GPU);
+  SetQuota, InjectFault and GetStats of one app are forwarded to the app's agent,
+  ResetStats to every agent.
+
+The cluster is reached through :class:`Cluster` (Ray: :class:`bless.cluster.ray_actors.ClusterClient`);
+its calls block, so they run in threads, off the front end's event loop.
+
+Not in this version: the REST API; TLS; SetQuota is not recorded in the
+controller's placement state (the agent's admission still has the last word on
+its GPU).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+import secrets
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+import grpc
+
+import bless
+from bless.serving.api import ADMIN_SERVICE, OIP_SERVICE, admin, methods, oip
+from bless.serving.server.errors import InvalidArgument, NotFound, ServiceError, Unavailable, Unimplemented
+from bless.serving.server.inference import EXTENSIONS, NOT_APPLICABLE
+from bless.serving.server.rpc import retry_pushback
+from bless.serving.server.security import AuthGuard
+
+log = logging.getLogger("bless.cluster")
+
+MAX_MESSAGE_BYTES = 64 * 2**20
+STOP_GRACE = 2.0
+
+
+class Cluster(Protocol):
+    """What the front end asks of the cluster (blocking calls)."""
+
+    def placements(self) -> dict[str, dict[str, Any]]: ...
+
+    def endpoints(self) -> dict[str, dict[str, str] | None]: ...
+
+    def register(self, name: str, profile: str, quota: str, **kwargs: Any) -> dict[str, Any]: ...
+
+    def unregister(self, name: str) -> int: ...
+
+
+# ---------------------------------------------------------------------------- wire format
+def _varint(raw: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        b = raw[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint too long")
+
+
+def _encode_varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def wire_string(raw: bytes, field: int) -> str:
+    """The string field ``field`` of a serialised message, read without decoding the rest
+    (length-delimited fields, tensors among them, are skipped, not copied); "" if absent."""
+    found = ""
+    i, n = 0, len(raw)
+    try:
+        while i < n:
+            key, i = _varint(raw, i)
+            wire = key & 7
+            if wire == 0:
+                _, i = _varint(raw, i)
+            elif wire == 1:
+                i += 8
+            elif wire == 5:
+                i += 4
+            elif wire == 2:
+                size, i = _varint(raw, i)
+                if key >> 3 == field:
+                    found = raw[i : i + size].decode()
+                i += size
+            else:
+                raise ValueError(f"wire type {wire}")
+        if i > n:
+            raise IndexError("truncated")
+    except (IndexError, ValueError, UnicodeDecodeError) as e:
+        raise InvalidArgument(f"malformed request: {e}") from None
+    return found
+
+
+STREAM_RESPONSE_TAG = bytes([oip.ModelStreamInferResponse.DESCRIPTOR.fields_by_name["infer_response"].number << 3 | 2])
+
+
+class AgentError(Exception):
+    """An agent's gRPC error, answered to the client as it is."""
+
+    def __init__(self, error: grpc.aio.AioRpcError) -> None:
+        super().__init__(error.details())
+        self.code = error.code()
+        self.details = error.details() or ""
+        self.trailing = tuple((k, v) for k, v in (error.trailing_metadata() or ()))
+
+
+# ---------------------------------------------------------------------------- routing
+class Routes:
+    """Model -> GPU and GPU -> agent endpoint, cached from the cluster and read again on a miss."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.models: dict[str, str] = {}
+        self.endpoints: dict[str, dict[str, str]] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._refresh_lock: asyncio.Lock | None = None
+
+    async def refresh(self) -> None:
+        if self._refresh_lock is None:
+            self._refresh_lock = asyncio.Lock()
+        async with self._refresh_lock:
+            placements, endpoints = await asyncio.gather(
+                asyncio.to_thread(self.cluster.placements), asyncio.to_thread(self.cluster.endpoints)
+            )
+            self.models = {name: entry["gpu"] for name, entry in placements.items()}
+            self.endpoints = {g: e for g, e in endpoints.items() if e}
+
+    async def gpu_of(self, name: str) -> str:
+        gpu = self.models.get(name)
+        if gpu is None:
+            await self.refresh()
+            gpu = self.models.get(name)
+        if gpu is None:
+            raise NotFound(
+                f"no model {name!r} in the cluster (registered: {', '.join(sorted(self.models)) or 'none'}); "
+                f"register it over bless.admin.v1.AdminService"
+            )
+        return gpu
+
+    async def gpus(self) -> list[str]:
+        if not self.endpoints:
+            await self.refresh()
+        return sorted(self.endpoints)
+
+    async def endpoint(self, gpu: str) -> dict[str, str]:
+        if gpu not in self.endpoints:
+            await self.refresh()
+        try:
+            return self.endpoints[gpu]
+        except KeyError:
+            raise Unavailable(f"GPU {gpu} serves no gRPC endpoint (its agent is down or old)") from None
+
+    async def channel(self, gpu: str) -> grpc.aio.Channel:
+        address = (await self.endpoint(gpu))["address"]
+        ch = self._channels.get(address)
+        if ch is None:
+            ch = self._channels[address] = grpc.aio.insecure_channel(
+                address,
+                options=[
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ],
+            )
+        return ch
+
+    async def forward(
+        self, gpu: str, path: str, raw: bytes, timeout: float | None = None, metadata: tuple = ()
+    ) -> bytes:
+        """``raw`` to the agent of ``gpu`` as method ``path``; its raw answer (AgentError: its error)."""
+        call = (await self.channel(gpu)).unary_unary(path)  # no (de)serialisers: bytes both ways
+        try:
+            return await call(raw, timeout=timeout, metadata=metadata or None)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                self.models = {}  # the model may have moved or gone: read the placements again next time
+            raise AgentError(e) from None
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            await ch.close()
+        self._channels.clear()
+
+
+# ---------------------------------------------------------------------------- handlers
+RawHandler = Callable[[bytes, Any], Awaitable[Any]]
+
+
+def _path(service: str, method: str) -> str:
+    return f"/{service}/{method}"
+
+
+def _serialize(message: Any) -> bytes:
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+async def _abort(name: str, error: Exception, context: Any) -> None:
+    if isinstance(error, AgentError):
+        await context.abort(error.code, error.details, error.trailing)
+    if isinstance(error, ServiceError):
+        await context.abort(error.code, str(error), retry_pushback(error))
+    log.error("%s failed", name, exc_info=error)
+    await context.abort(grpc.StatusCode.INTERNAL, f"{name} failed in the front end: {error!r}")
+
+
+def _guarded(name: str, fn: RawHandler) -> RawHandler:
+    @functools.wraps(fn)
+    async def call(raw: bytes, context: Any) -> Any:
+        try:
+            return await fn(raw, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            await _abort(name, e, context)
+
+    return call
+
+
+def _decoded(request_type: type, fn: Callable[[Any, Any], Awaitable[Any]]) -> RawHandler:
+    async def call(raw: bytes, context: Any) -> Any:
+        try:
+            request = request_type.FromString(raw)
+        except Exception as e:
+            raise InvalidArgument(f"malformed request: {e}") from None
+        return await fn(request, context)
+
+    return call
+
+
+def _service_handler(service: str, impls: dict[str, Any]) -> grpc.GenericRpcHandler:
+    handlers = {}
+    for name, spec in methods(service).items():
+        fn = impls[name]
+        full = f"{service}/{name}"
+        if spec.client_streaming and spec.server_streaming:
+            handlers[name] = grpc.stream_stream_rpc_method_handler(fn, response_serializer=_serialize)
+        else:
+            handlers[name] = grpc.unary_unary_rpc_method_handler(_guarded(full, fn), response_serializer=_serialize)
+    return grpc.method_handlers_generic_handler(service, handlers)
+
+
+class FrontInference:
+    """``inference.GRPCInferenceService`` over the cluster's agents."""
+
+    def __init__(self, routes: Routes) -> None:
+        self.routes = routes
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        async def refuse(rpc: str, raw: bytes, context: Any) -> Any:
+            raise Unimplemented(f"{rpc}: {NOT_APPLICABLE[rpc]}")
+
+        return _service_handler(
+            OIP_SERVICE,
+            {
+                "ServerLive": self.server_live,
+                "ServerReady": self.server_ready,
+                "ServerMetadata": self.server_metadata,
+                "ModelReady": self.model_ready,
+                "ModelMetadata": self.by_model("ModelMetadata"),
+                "ModelConfig": self.by_model("ModelConfig"),
+                "ModelInfer": self.by_model("ModelInfer"),
+                "ModelStatistics": self.model_statistics,
+                "ModelStreamInfer": self.model_stream_infer,
+                "RepositoryIndex": _decoded(oip.RepositoryIndexRequest, self.repository_index),
+                **{rpc: functools.partial(refuse, rpc) for rpc in NOT_APPLICABLE},
+            },
+        )
+
+    def by_model(self, method: str) -> RawHandler:
+        """Forward to the agent of the model named by field 1 (``name`` / ``model_name``)."""
+        path = _path(OIP_SERVICE, method)
+
+        async def forward(raw: bytes, context: Any) -> bytes:
+            gpu = await self.routes.gpu_of(wire_string(raw, 1))
+            return await self.routes.forward(gpu, path, raw, context.time_remaining())
+
+        return forward
+
+    async def server_live(self, raw: bytes, context: Any) -> Any:
+        return oip.ServerLiveResponse(live=True)
+
+    async def server_ready(self, raw: bytes, context: Any) -> Any:
+        try:
+            gpus = await self.routes.gpus()
+            answers = await asyncio.gather(
+                *(self.routes.forward(g, _path(OIP_SERVICE, "ServerReady"), b"", 5.0) for g in gpus)
+            )
+        except Exception:
+            return oip.ServerReadyResponse(ready=False)
+        return oip.ServerReadyResponse(
+            ready=bool(gpus) and all(oip.ServerReadyResponse.FromString(a).ready for a in answers)
+        )
+
+    async def server_metadata(self, raw: bytes, context: Any) -> Any:
+        return oip.ServerMetadataResponse(name="bless", version=bless.__version__, extensions=EXTENSIONS)
+
+    async def model_ready(self, raw: bytes, context: Any) -> Any:
+        try:
+            gpu = await self.routes.gpu_of(wire_string(raw, 1))
+        except NotFound:
+            return oip.ModelReadyResponse(ready=False)
+        return await self.routes.forward(gpu, _path(OIP_SERVICE, "ModelReady"), raw, context.time_remaining())
+
+    async def _every_agent(self, method: str, raw: bytes, timeout: float | None) -> list[bytes]:
+        gpus = await self.routes.gpus()
+        return await asyncio.gather(*(self.routes.forward(g, _path(OIP_SERVICE, method), raw, timeout) for g in gpus))
+
+    async def model_statistics(self, raw: bytes, context: Any) -> Any:
+        if wire_string(raw, 1):
+            return await self.by_model("ModelStatistics")(raw, context)
+        merged = oip.ModelStatisticsResponse()
+        for answer in await self._every_agent("ModelStatistics", raw, context.time_remaining()):
+            merged.MergeFromString(answer)  # repeated model_stats: concatenated
+        return merged
+
+    async def repository_index(self, request: Any, context: Any) -> Any:
+        merged = oip.RepositoryIndexResponse()
+        raw = request.SerializeToString()
+        for answer in await self._every_agent("RepositoryIndex", raw, context.time_remaining()):
+            merged.MergeFromString(answer)
+        merged.models.sort(key=lambda m: m.name)
+        return merged
+
+    async def model_stream_infer(self, raws: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        """Each request of the stream is forwarded as a ModelInfer of its own to its model's agent,
+        concurrently; answers are written as they come (a failed one: ``error_message``)."""
+        answers: asyncio.Queue = asyncio.Queue()
+        running: set[asyncio.Task] = set()
+        path = _path(OIP_SERVICE, "ModelInfer")
+        end = object()
+
+        async def answer(raw: bytes) -> None:
+            try:
+                gpu = await self.routes.gpu_of(wire_string(raw, 1))
+                response = await self.routes.forward(gpu, path, raw)
+                item = STREAM_RESPONSE_TAG + _encode_varint(len(response)) + response
+            except Exception as e:
+                if isinstance(e, (AgentError, ServiceError)):
+                    message = str(e)
+                else:
+                    log.exception("ModelStreamInfer failed")
+                    message = f"ModelInfer failed in the front end: {e!r}"
+                failed = oip.ModelStreamInferResponse(error_message=message)
+                try:
+                    failed.infer_response.model_name = wire_string(raw, 1)
+                    failed.infer_response.id = wire_string(raw, 3)
+                except InvalidArgument:
+                    pass
+                item = failed.SerializeToString()
+            answers.put_nowait(item)
+
+        async def read() -> None:
+            try:
+                async for raw in raws:
+                    task = asyncio.create_task(answer(raw))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                await asyncio.gather(*running)
+            finally:
+                answers.put_nowait(end)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (item := await answers.get()) is not end:
+                yield item
+            await reader
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+
+
+class FrontAdmin:
+    """``bless.admin.v1.AdminService`` over the cluster: placement through the controller."""
+
+    def __init__(self, routes: Routes, guard: AuthGuard) -> None:
+        self.routes = routes
+        self.cluster = routes.cluster
+        self._guard = guard
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return _service_handler(
+            ADMIN_SERVICE,
+            {
+                "RegisterApp": _decoded(admin.RegisterAppRequest, self.register_app),
+                "UnregisterApp": _decoded(admin.UnregisterAppRequest, self.unregister_app),
+                "SetQuota": self.to_app("SetQuota"),
+                "InjectFault": self.to_app("InjectFault"),
+                "ResetStats": self.reset_stats,
+                "ListApps": self.list_apps,
+                "GetStats": self.get_stats,
+            },
+        )
+
+    async def _authorize(self, context: Any, method: str) -> None:
+        header = dict(context.invocation_metadata() or ()).get("authorization", "")
+        await self._guard.authorize(header, context.peer(), method)
+
+    async def _agent_call(self, gpu: str, method: str, raw: bytes, timeout: float | None, auth: bool = False) -> bytes:
+        metadata: tuple = ()
+        if auth:
+            metadata = (("authorization", f"Bearer {(await self.routes.endpoint(gpu))['token']}"),)
+        return await self.routes.forward(gpu, _path(ADMIN_SERVICE, method), raw, timeout, metadata)
+
+    async def _app_info(self, gpu: str, name: str) -> Any:
+        listed = admin.ListAppsResponse.FromString(await self._agent_call(gpu, "ListApps", b"", 10.0))
+        for app in listed.apps:
+            if app.name == name:
+                app.gpu = gpu
+                return app
+        return None
+
+    async def register_app(self, request: Any, context: Any) -> Any:
+        await self._authorize(context, "RegisterApp")
+
+        def tensors(specs: Any) -> list[tuple[str, str, list[int]]]:
+            return [(t.name, t.datatype, list(t.shape)) for t in specs]
+
+        kwargs: dict[str, Any] = {"memory_bytes": request.memory_bytes, "slo": request.slo, "dry_run": request.dry_run}
+        if request.inputs:
+            kwargs["inputs"] = tensors(request.inputs)
+        if request.outputs:
+            kwargs["outputs"] = tensors(request.outputs)
+        placed = await asyncio.to_thread(self.cluster.register, request.name, request.profile, request.quota, **kwargs)
+        gpu = placed.get("gpu") or ""
+        why = placed.get("why", "")
+        accepted = bool(gpu)
+        reason = f"placed on {gpu}: {why}" if accepted else why
+        response = admin.RegisterAppResponse(
+            admission=admin.Admission(accepted=accepted, reason=reason), gpu=gpu, placement=why
+        )
+        if accepted and not request.dry_run:
+            self.routes.models[request.name] = gpu
+            info = await self._app_info(gpu, request.name)
+            if info is not None:
+                response.app.CopyFrom(info)
+        return response
+
+    async def unregister_app(self, request: Any, context: Any) -> Any:
+        await self._authorize(context, "UnregisterApp")
+        aborted = await asyncio.to_thread(self.cluster.unregister, request.name)
+        self.routes.models.pop(request.name, None)
+        return admin.UnregisterAppResponse(aborted_requests=aborted)
+
+    def to_app(self, method: str) -> RawHandler:
+        """A mutating call about one app (field 1, ``name``): authorised here, forwarded to its agent."""
+
+        async def forward(raw: bytes, context: Any) -> bytes:
+            await self._authorize(context, method)
+            gpu = await self.routes.gpu_of(wire_string(raw, 1))
+            return await self._agent_call(gpu, method, raw, context.time_remaining(), auth=True)
+
+        return forward
+
+    async def reset_stats(self, raw: bytes, context: Any) -> Any:
+        await self._authorize(context, "ResetStats")
+        gpus = await self.routes.gpus()
+        await asyncio.gather(*(self._agent_call(g, "ResetStats", raw, 10.0, auth=True) for g in gpus))
+        return admin.ResetStatsResponse()
+
+    async def list_apps(self, raw: bytes, context: Any) -> Any:
+        gpus = await self.routes.gpus()
+        answers = await asyncio.gather(*(self._agent_call(g, "ListApps", raw, context.time_remaining()) for g in gpus))
+        merged = admin.ListAppsResponse()
+        infos = []
+        for gpu, answer in zip(gpus, answers, strict=True):
+            listed = admin.ListAppsResponse.FromString(answer)
+            for app in listed.apps:
+                app.gpu = gpu
+                merged.apps.append(app)
+            infos.append(listed.gpu)
+        merged.gpu.CopyFrom(_cluster_gpu(infos))
+        return merged
+
+    async def get_stats(self, raw: bytes, context: Any) -> Any:
+        name = wire_string(raw, 1)
+        gpus = [await self.routes.gpu_of(name)] if name else await self.routes.gpus()
+        answers = await asyncio.gather(*(self._agent_call(g, "GetStats", raw, context.time_remaining()) for g in gpus))
+        if len(answers) == 1:
+            return answers[0]
+        stats = [admin.GetStatsResponse.FromString(a) for a in answers]
+        merged = admin.GetStatsResponse(window_seconds=max(s.window_seconds for s in stats))
+        for s in stats:
+            merged.apps.extend(s.apps)
+        g = merged.gpu
+        g.gpu.CopyFrom(_cluster_gpu([s.gpu.gpu for s in stats]))
+        utils = [s.gpu.utilisation for s in stats if math.isfinite(s.gpu.utilisation)]
+        g.utilisation = sum(utils) / len(utils) if utils else math.nan
+        g.squads = sum(s.gpu.squads for s in stats)
+        g.kernels = sum(s.gpu.kernels for s in stats)
+        g.squad_p99_seconds = max(s.gpu.squad_p99_seconds for s in stats)
+        if g.squads:
+            g.squad_mean_seconds = sum(s.gpu.squad_mean_seconds * s.gpu.squads for s in stats) / g.squads
+            g.restricted_share = sum(s.gpu.restricted_share * s.gpu.squads for s in stats) / g.squads
+        g.uptime_seconds = max(s.gpu.uptime_seconds for s in stats)
+        return merged
+
+
+def _cluster_gpu(infos: list[Any]) -> Any:
+    """The GpuInfo of a cluster: its GPUs' sums (SMs, memory), the first GPU's settings."""
+    out = admin.GpuInfo()
+    if not infos:
+        return out
+    out.CopyFrom(infos[0])
+    out.backend = f"bless cluster of {len(infos)} GPUs: {infos[0].backend}"
+    out.sm_count = sum(i.sm_count for i in infos)
+    out.memory_bytes = sum(i.memory_bytes for i in infos)
+    out.memory_used_bytes = sum(i.memory_used_bytes for i in infos)
+    out.max_restricted_level = min(i.max_restricted_level for i in infos)
+    return out
+
+
+# ---------------------------------------------------------------------------- server
+class ClusterFrontend:
+    """The front end's gRPC server on its own asyncio thread: :meth:`start`, :meth:`stop`."""
+
+    def __init__(self, cluster: Cluster, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
+        self.cluster = cluster
+        self.host = host
+        self.requested_port = port
+        self.token = token or secrets.token_urlsafe(24)
+        self.port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: grpc.aio.Server | None = None
+        self._routes: Routes | None = None
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def start(self) -> ClusterFrontend:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="bless-cluster-frontend", daemon=True)
+        self._thread.start()
+        try:
+            self.port = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
+        except BaseException:
+            self.stop()
+            raise
+        log.info("cluster front end on %s", self.address)
+        return self
+
+    async def _start(self) -> int:
+        self._routes = Routes(self.cluster)
+        server = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ]
+        )
+        server.add_generic_rpc_handlers(
+            (FrontInference(self._routes).handler(), FrontAdmin(self._routes, AuthGuard(self.token)).handler())
+        )
+        where = f"[{self.host}]:{self.requested_port}" if ":" in self.host else f"{self.host}:{self.requested_port}"
+        try:
+            port = server.add_insecure_port(where)
+        except RuntimeError:
+            raise ValueError(f"cannot listen on {where}: the port is in use; pick another with --grpc-port") from None
+        await server.start()
+        self._server = server
+        return port
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        if self._loop is None or self._thread is None or not self._thread.is_alive():
+            return
+
+        async def down() -> None:
+            if self._server is not None:
+                await self._server.stop(grace)
+            if self._routes is not None:
+                await self._routes.close()
+
+        asyncio.run_coroutine_threadsafe(down(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> ClusterFrontend:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
