@@ -178,6 +178,10 @@ class GpuAgent:
     def apps(self) -> list[str]:
         return [s.name for s in self.core.apps()]
 
+    def specs(self) -> dict[str, dict[str, Any]]:
+        """Each app's registration (:meth:`AppSpec.to_dict`), by name."""
+        return {s.name: s.spec.to_dict() for s in self.core.apps()}
+
     # ------------------------------------------------------------ mutating
     def register(self, spec: AppSpec, profile: Profile) -> dict[str, Any]:
         """Deploy the app here; the serving core's own admission has the last word

@@ -24,6 +24,15 @@ route by model name to the agent that holds the model:
   SetQuota, InjectFault and GetStats of one app are forwarded to the app's agent,
   ResetStats to every agent.
 
+Failures.  A request whose agent cannot be reached (the agent died: gRPC
+UNAVAILABLE from its connection, in flight or new) is answered UNAVAILABLE with
+a retry hint (``grpc-retry-pushback-ms``, :data:`~bless.cluster.controller.RETRY_AFTER`),
+never INTERNAL or UNKNOWN, and drops the routes, so the next request reads them
+again: by then the controller has re-placed the model (asking the agents'
+endpoints is enough for it to notice a dead one) and the model is served from
+its new GPU.  A model whose GPU is down, or that no GPU could take since
+(*unplaced*), is UNAVAILABLE too.  Models on the other GPUs are not touched.
+
 The cluster is reached through :class:`Cluster` (Ray: :class:`bless.cluster.ray_actors.ClusterClient`);
 its calls block, so they run in threads, off the front end's event loop.
 
@@ -40,22 +49,27 @@ import logging
 import math
 import secrets
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 import grpc
 
 import bless
+from bless.cluster.controller import RETRY_AFTER
 from bless.serving.api import ADMIN_SERVICE, OIP_SERVICE, admin, methods, oip
 from bless.serving.server.errors import InvalidArgument, NotFound, ServiceError, Unavailable, Unimplemented
 from bless.serving.server.inference import EXTENSIONS, NOT_APPLICABLE
-from bless.serving.server.rpc import retry_pushback
+from bless.serving.server.rpc import RETRY_PUSHBACK, retry_pushback
 from bless.serving.server.security import AuthGuard
 
 log = logging.getLogger("bless.cluster")
 
 MAX_MESSAGE_BYTES = 64 * 2**20
 STOP_GRACE = 2.0
+REFRESH_MIN_AGE = 0.05
+"""Seconds: routes read this recently are not read again on a miss (a burst of requests for a
+moving model asks the controller once, not once each)."""
 
 
 class Cluster(Protocol):
@@ -68,6 +82,8 @@ class Cluster(Protocol):
     def register(self, name: str, profile: str, quota: str, **kwargs: Any) -> dict[str, Any]: ...
 
     def unregister(self, name: str) -> int: ...
+
+    def health(self) -> dict[str, Any]: ...
 
 
 # ---------------------------------------------------------------------------- wire format
@@ -143,30 +159,63 @@ class Routes:
         self.cluster = cluster
         self.models: dict[str, str] = {}
         self.endpoints: dict[str, dict[str, str]] = {}
+        self.unplaced: dict[str, str] = {}
+        """Models no GPU could take since theirs went down, and why."""
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._refresh_lock: asyncio.Lock | None = None
+        self._refreshed = -math.inf
 
-    async def refresh(self) -> None:
+    async def refresh(self, max_age: float = 0.0) -> None:
+        """Read the routes again, unless they were read less than ``max_age`` s ago or while
+        this call waited for another refresh."""
+        asked = time.monotonic()
         if self._refresh_lock is None:
             self._refresh_lock = asyncio.Lock()
         async with self._refresh_lock:
-            placements, endpoints = await asyncio.gather(
-                asyncio.to_thread(self.cluster.placements), asyncio.to_thread(self.cluster.endpoints)
-            )
+            if self._refreshed >= asked - max_age:
+                return
+            started = time.monotonic()
+            # the endpoints first: asking them is how a dead agent is found (and its models
+            # re-placed) before the placements are read
+            endpoints = await asyncio.to_thread(self.cluster.endpoints)
+            placements = await asyncio.to_thread(self.cluster.placements)
+            health = getattr(self.cluster, "health", None)
+            unplaced = (await asyncio.to_thread(health)).get("unplaced", {}) if health is not None else {}
             self.models = {name: entry["gpu"] for name, entry in placements.items()}
             self.endpoints = {g: e for g, e in endpoints.items() if e}
+            self.unplaced = {name: u.get("reason", "") for name, u in unplaced.items()}
+            self._refreshed = started
 
     async def gpu_of(self, name: str) -> str:
+        """The GPU serving ``name`` (NotFound: no such model; Unavailable: its GPU is down)."""
         gpu = self.models.get(name)
-        if gpu is None:
-            await self.refresh()
+        if gpu is None or gpu not in self.endpoints:
+            await self.refresh(REFRESH_MIN_AGE)
             gpu = self.models.get(name)
+        if gpu is None and name in self.unplaced:
+            raise Unavailable(f"model {name!r} has no GPU now: {self.unplaced[name]}", retry_after=RETRY_AFTER)
         if gpu is None:
             raise NotFound(
                 f"no model {name!r} in the cluster (registered: {', '.join(sorted(self.models)) or 'none'}); "
                 f"register it over bless.admin.v1.AdminService"
             )
+        if gpu not in self.endpoints:
+            raise Unavailable(
+                f"model {name!r} is on {gpu}, whose agent is down; it is being re-placed: retry",
+                retry_after=RETRY_AFTER,
+            )
         return gpu
+
+    def agent_lost(self, gpu: str) -> None:
+        """``gpu``'s agent could not be reached: forget its endpoint and every route (the
+        controller moves its models), so the next request reads them again."""
+        endpoint = self.endpoints.pop(gpu, None)
+        self.models = {}
+        self._refreshed = -math.inf
+        if endpoint is not None:
+            channel = self._channels.pop(endpoint["address"], None)
+            if channel is not None:
+                asyncio.get_running_loop().create_task(channel.close())
 
     async def gpus(self) -> list[str]:
         if not self.endpoints:
@@ -179,7 +228,9 @@ class Routes:
         try:
             return self.endpoints[gpu]
         except KeyError:
-            raise Unavailable(f"GPU {gpu} serves no gRPC endpoint (its agent is down or old)") from None
+            raise Unavailable(
+                f"GPU {gpu} serves no gRPC endpoint (its agent is down or old)", retry_after=RETRY_AFTER
+            ) from None
 
     async def channel(self, gpu: str) -> grpc.aio.Channel:
         address = (await self.endpoint(gpu))["address"]
@@ -204,12 +255,24 @@ class Routes:
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 self.models = {}  # the model may have moved or gone: read the placements again next time
+            if e.code() == grpc.StatusCode.UNAVAILABLE and not _pushback(e):
+                # the agent is unreachable (it died, before or during the call): not its answer
+                self.agent_lost(gpu)
+                raise Unavailable(
+                    f"the agent of {gpu} is unreachable ({e.details()}); its models are being re-placed: retry",
+                    retry_after=RETRY_AFTER,
+                ) from None
             raise AgentError(e) from None
 
     async def close(self) -> None:
         for ch in self._channels.values():
             await ch.close()
         self._channels.clear()
+
+
+def _pushback(error: grpc.aio.AioRpcError) -> bool:
+    """Whether the agent answered the error with a retry hint (its own UNAVAILABLE)."""
+    return any(k == RETRY_PUSHBACK for k, _ in (error.trailing_metadata() or ()))
 
 
 # ---------------------------------------------------------------------------- handlers

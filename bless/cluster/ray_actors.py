@@ -9,17 +9,29 @@ and reaches the agents by their actor names (:class:`RayAgents`).
 Resources: an agent on the simulated GPU takes one unit of the custom resource
 :data:`SIM_RESOURCE` and no CPU, so N simulated GPUs need a cluster that offers
 N units (``bless cluster up --gpus N`` starts one that does).
+
+Failures: every actor is named in :data:`NAMESPACE` (agents ``bless-agent-gpu-<i>``,
+the controller ``bless-controller``).  A call to a dead agent (Ray's
+``RayActorError``/``ActorDiedError``, or no actor of its name) is
+:class:`~bless.cluster.controller.AgentDown` to the controller, which re-places its apps;
+the controller actor also runs :meth:`Controller.check` every
+:data:`~bless.cluster.controller.HEALTH_INTERVAL` seconds.  :func:`start_agent` starts an
+agent again for a GPU and has it join; :func:`restart_controller` starts a controller from
+the state directory, which finds the agents by name.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from bless.cluster.agent import AgentConfig, GpuAgent
-from bless.cluster.controller import Controller
+from bless.cluster.controller import HEALTH_INTERVAL, STATE_FILE, AgentDown, Controller
 from bless.serving.server.admission import AdmissionLimits
 
 NAMESPACE = "bless"
@@ -30,6 +42,11 @@ SIM_RESOURCE = "bless_sim_gpu"
 ACTOR_CONCURRENCY = 64
 """Calls an actor runs at once (threads): requests wait on the GPU, not on each other."""
 READY_TIMEOUT = 120.0
+PING_TIMEOUT = 10.0
+"""Seconds a health-check ping may take; one slower is logged, not taken for a death (only
+Ray saying the actor died, or that none has the name, is)."""
+
+log = logging.getLogger("bless.cluster")
 
 
 def import_ray() -> Any:
@@ -57,16 +74,29 @@ class RayAgents:
         return list(self.gpu_ids)
 
     def handle(self, gpu_id: str) -> Any:
-        if gpu_id not in self._handles:
-            self._handles[gpu_id] = import_ray().get_actor(agent_name(gpu_id), namespace=NAMESPACE)
-        return self._handles[gpu_id]
+        """The agent's actor, looked up by name (AgentDown: there is none)."""
+        handle = self._handles.get(gpu_id)
+        if handle is None:
+            try:
+                handle = import_ray().get_actor(agent_name(gpu_id), namespace=NAMESPACE)
+            except ValueError:
+                raise AgentDown(gpu_id, f"no actor {agent_name(gpu_id)!r}") from None
+            self._handles[gpu_id] = handle
+        return handle
 
     def call(self, gpu_id: str, method: str, *args: Any) -> Any:
         ray = import_ray()
+        handle = self.handle(gpu_id)
         try:
-            return ray.get(getattr(self.handle(gpu_id), method).remote(*args))
+            return ray.get(getattr(handle, method).remote(*args), timeout=PING_TIMEOUT if method == "ping" else None)
         except ray.exceptions.RayTaskError as e:
             raise unwrap(e) from None
+        except ray.exceptions.RayActorError as e:  # ActorDiedError, ActorUnavailableError
+            if self._handles.get(gpu_id) is handle:
+                del self._handles[gpu_id]  # a new actor of the same name may come: look it up again
+            raise AgentDown(
+                gpu_id, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'actor died'}"
+            ) from None
 
 
 def unwrap(error: BaseException) -> BaseException:
@@ -80,11 +110,50 @@ def unwrap(error: BaseException) -> BaseException:
 class ControllerActor:
     """The controller as a Ray actor: :class:`Controller` over :class:`RayAgents`."""
 
-    def __init__(self, state_dir: str, gpu_ids: list[str], policy: str, kace_model: str | None) -> None:
+    def __init__(
+        self,
+        state_dir: str,
+        gpu_ids: list[str],
+        policy: str,
+        kace_model: str | None,
+        health_interval: float = HEALTH_INTERVAL,
+    ) -> None:
         self.gpu_ids = gpu_ids
         self.controller = Controller(
             Path(state_dir), RayAgents(gpu_ids), policy=policy, limits=AdmissionLimits(), kace_model=kace_model
         )
+        self.found = self.controller.reconcile()
+        self._stop = threading.Event()
+        self._health = threading.Thread(
+            target=self._check_every, args=(health_interval,), name="bless-health", daemon=True
+        )
+        if health_interval > 0:
+            self._health.start()
+
+    def stop_checks(self) -> None:
+        """No more health checks (the cluster is stopping: its agents going is no failure)."""
+        self._stop.set()
+        if self._health.is_alive():
+            self._health.join()
+
+    def _check_every(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.controller.check()
+            except Exception:
+                log.exception("health check failed")
+
+    def check(self) -> dict[str, str]:
+        return self.controller.check()
+
+    def agent_joined(self, gpu_id: str) -> dict[str, Any]:
+        return self.controller.agent_joined(gpu_id)
+
+    def health(self) -> dict[str, Any]:
+        """The GPUs down (and why), the apps unplaced (and why), what the start's check found."""
+        c = self.controller
+        with c.lock:
+            return {"down": dict(c.down), "unplaced": {n: dict(u) for n, u in c.unplaced.items()}, "found": self.found}
 
     def register(self, name: str, profile: str, quota: str, **kwargs: Any) -> dict[str, Any]:
         return self.controller.register(name, profile, quota, **kwargs)
@@ -99,7 +168,8 @@ class ControllerActor:
         return self.controller.gpu_of(name)
 
     def placements(self) -> dict[str, dict[str, Any]]:
-        return dict(self.controller.placements)
+        with self.controller.lock:  # never in the middle of a fail-over (an app neither here nor unplaced)
+            return dict(self.controller.placements)
 
     def status(self) -> list[dict[str, Any]]:
         return self.controller.status()
@@ -171,37 +241,101 @@ def start_cluster(
         raise ValueError("a bless cluster already runs on this Ray cluster: `bless cluster down` it first")
     state_dir = Path(state_dir)
     ids = [f"gpu-{i}" for i in range(gpus)]
-    agent_cls = ray.remote(GpuAgent)
-    agents = [
-        agent_cls.options(
-            name=agent_name(g),
-            namespace=NAMESPACE,
-            lifetime="detached",
-            num_cpus=0,
-            resources={SIM_RESOURCE: 1},
-            max_concurrency=ACTOR_CONCURRENCY,
-        ).remote(AgentConfig(g, state_dir / g, gpu=gpu, backend=backend, warm_up=warm_up, grpc_port=0))
-        for g in ids
-    ]
+    agents = [_agent_actor(g, state_dir, gpu=gpu, backend=backend, warm_up=warm_up) for g in ids]
     try:
         ray.get([a.ping.remote() for a in agents], timeout=READY_TIMEOUT)
-        controller = (
-            ray.remote(ControllerActor)
-            .options(
-                name=CONTROLLER,
-                namespace=NAMESPACE,
-                lifetime="detached",
-                num_cpus=0,
-                max_concurrency=ACTOR_CONCURRENCY,
-            )
-            .remote(str(state_dir / "controller"), ids, policy, kace_model)
-        )
-        ray.get(controller.ping.remote(), timeout=READY_TIMEOUT)
+        controller = _controller_actor(state_dir, ids, policy, kace_model)
     except BaseException:
         for a in agents:
             ray.kill(a)
         raise
     return controller
+
+
+def _agent_actor(gpu_id: str, state_dir: Path, *, gpu: str, backend: str, warm_up: bool) -> Any:
+    """The named, detached agent actor of ``gpu_id`` (its store in ``state_dir / gpu_id``)."""
+    ray = import_ray()
+    return (
+        ray.remote(GpuAgent)
+        .options(
+            name=agent_name(gpu_id),
+            namespace=NAMESPACE,
+            lifetime="detached",
+            num_cpus=0,
+            resources={SIM_RESOURCE: 1},
+            max_concurrency=ACTOR_CONCURRENCY,
+        )
+        .remote(AgentConfig(gpu_id, state_dir / gpu_id, gpu=gpu, backend=backend, warm_up=warm_up, grpc_port=0))
+    )
+
+
+def _controller_actor(
+    state_dir: Path, ids: list[str], policy: str, kace_model: str | None, health_interval: float = HEALTH_INTERVAL
+) -> Any:
+    ray = import_ray()
+    controller = (
+        ray.remote(ControllerActor)
+        .options(
+            name=CONTROLLER,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            num_cpus=0,
+            max_concurrency=ACTOR_CONCURRENCY,
+        )
+        .remote(str(state_dir / "controller"), ids, policy, kace_model, health_interval)
+    )
+    try:
+        ray.get(controller.ping.remote(), timeout=READY_TIMEOUT)
+    except BaseException:
+        ray.kill(controller)
+        raise
+    return controller
+
+
+def start_agent(
+    gpu_id: str, state_dir: Path, *, gpu: str = "a100", backend: str = "sim", warm_up: bool = True
+) -> dict[str, Any]:
+    """Start the agent of ``gpu_id`` again (its previous actor dead) on its state directory and
+    have it join the running controller: what the join did (``removed``: apps of its store that
+    run elsewhere now; ``placed``: unplaced apps placed again)."""
+    ray = import_ray()
+    try:
+        ray.get_actor(agent_name(gpu_id), namespace=NAMESPACE)
+    except ValueError:
+        pass
+    else:
+        raise ValueError(f"the agent of {gpu_id} runs already ({agent_name(gpu_id)!r})")
+    agent = _agent_actor(gpu_id, Path(state_dir), gpu=gpu, backend=backend, warm_up=warm_up)
+    try:
+        ray.get(agent.ping.remote(), timeout=READY_TIMEOUT)
+    except BaseException:
+        ray.kill(agent)
+        raise
+    return call(controller_handle(), "agent_joined", gpu_id)
+
+
+def restart_controller(
+    state_dir: Path,
+    *,
+    policy: str = "first-fit",
+    kace_model: str | None = None,
+    health_interval: float = HEALTH_INTERVAL,
+) -> Any:
+    """Start the controller again (the previous one dead) from the placement state in
+    ``state_dir``: its GPUs are the state's, their agents found by name.  Its handle."""
+    ray = import_ray()
+    try:
+        ray.get_actor(CONTROLLER, namespace=NAMESPACE)
+    except ValueError:
+        pass
+    else:
+        raise ValueError("a bless controller runs already on this Ray cluster")
+    path = Path(state_dir) / "controller" / STATE_FILE
+    try:
+        ids = json.loads(path.read_text())["gpus"]
+    except FileNotFoundError:
+        raise ValueError(f"no placement state at {path}: start the cluster with `bless cluster up`") from None
+    return _controller_actor(Path(state_dir), ids, policy, kace_model, health_interval)
 
 
 def controller_handle() -> Any:
@@ -229,6 +363,7 @@ def stop_cluster(grace: float = 1.0) -> list[str]:
     ray = import_ray()
     controller = controller_handle()
     names = ray.get(controller.agent_names.remote())
+    ray.get(controller.stop_checks.remote())
     stopped = []
     for name in names:
         try:
@@ -237,6 +372,8 @@ def stop_cluster(grace: float = 1.0) -> list[str]:
             continue
         try:
             ray.get(agent.close.remote(grace), timeout=grace + 30)
+        except ray.exceptions.RayActorError:
+            continue  # died meanwhile
         finally:
             ray.kill(agent)
         stopped.append(name)
@@ -287,5 +424,14 @@ class ClusterClient:
         return call(self.controller, "placements")
 
     def endpoints(self) -> dict[str, dict[str, str] | None]:
-        """Per GPU: its agent's gRPC address and admin token (what the front end forwards to)."""
+        """Per GPU: its agent's gRPC address and admin token (what the front end forwards to;
+        None for a GPU whose agent is down)."""
         return call(self.controller, "endpoints")
+
+    def health(self) -> dict[str, Any]:
+        """The GPUs down and the apps unplaced, each with why."""
+        return call(self.controller, "health")
+
+    def check(self) -> dict[str, str]:
+        """Run a health check now (the controller runs one every HEALTH_INTERVAL s anyway)."""
+        return call(self.controller, "check")
