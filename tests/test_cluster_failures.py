@@ -241,3 +241,13 @@ def test_a_controller_restarted_while_an_agent_was_dead_fails_it_over(cluster):
     assert client.health()["found"]["gpu-0"] == "down"
     assert client.placements()["a"]["gpu"] == "gpu-1"
     assert client.infer("a")["gpu"] == "gpu-1"
+
+
+def test_unregistering_an_app_whose_agent_just_died_removes_it_where_it_was_moved(cluster):
+    client, _ = cluster
+    ray.get(ra.controller_handle().stop_checks.remote())  # the unregister finds the death
+    assert client.register("a", "resnet50", "60%")["gpu"] == "gpu-0"
+    kill_agent("gpu-0")
+    client.unregister("a")
+    assert client.placements() == {} and client.health()["unplaced"] == {}
+    assert all(g.get("apps") == [] for g in client.status())

@@ -240,7 +240,9 @@ class Controller:
             try:
                 aborted = self._call(entry["gpu"], "unregister", name)
             except AgentDown:
-                aborted = 0  # its apps are re-placed already: this one is not
+                # found dead just now: the fail-over moved the app (or left it unplaced); remove it
+                # there (each retry has one live GPU fewer, so this ends)
+                return self.unregister(name)
             self.placements.pop(name, None)
             self._save()
             return aborted
