@@ -14,6 +14,10 @@ import pytest
 ray = pytest.importorskip("ray")
 grpc = pytest.importorskip("grpc")
 
+# Each test starts and kills a 4-GPU Ray cluster (35 s for the file): the slow tier, which CI runs
+# as its own step, keeps `make test` under two minutes.
+pytestmark = pytest.mark.slow
+
 from bless.cluster import ray_actors as ra  # noqa: E402
 from bless.cluster.controller import STATE_FILE  # noqa: E402
 from bless.cluster.frontend import ClusterFrontend  # noqa: E402
