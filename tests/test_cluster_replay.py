@@ -154,7 +154,7 @@ def test_write_results_plot(tmp_path):
     assert (tmp_path / "x" / "x.png") in paths and (tmp_path / "x" / "x.png").stat().st_size > 0
 
 
-def test_live_replay_through_the_front_end(tmp_path):
+def test_live_replay_through_the_front_end(tmp_path, capsys):
     """The same config against a running 2-GPU cluster (Ray, wall clock): every app placed and served."""
     ray = pytest.importorskip("ray")
     from bless.cluster import ray_actors as ra
@@ -177,6 +177,10 @@ def test_live_replay_through_the_front_end(tmp_path):
         ra.start_cluster(2, tmp_path / "cluster", warm_up=False)
         with ClusterFrontend(ra.ClusterClient(), token="secret") as fe:
             live = replay_live(cfg, fe.address, token="secret")
+            # the command, on the apps now registered
+            path = tmp_path / "c.yaml"
+            path.write_text("gpus: 2\nduration: 0.3\napps:\n  - {app: vgg11, quota: 60%, load: B}\n")
+            assert main(["cluster", "replay", str(path), "--address", fe.address, "--no-register"]) == 0
         ra.stop_cluster()
     finally:
         ray.shutdown()
@@ -185,3 +189,5 @@ def test_live_replay_through_the_front_end(tmp_path):
     assert [r["app"] for r in live.rows] == ["resnet50", "vgg11", "resnet50-2"]
     assert all(r["ok"] > 0 and r["ok"] == r["sent"] for r in live.rows)
     assert sum(g["ok"] for g in live.gpu_rows()) == sum(r["ok"] for r in live.rows)
+    out = capsys.readouterr().out
+    assert "live on" in out and "vgg11" in out and live.placements["vgg11"] in out
