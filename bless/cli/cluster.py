@@ -1,4 +1,4 @@
-"""``bless cluster up|status|down``: several (simulated) GPUs on Ray, one serving core each, a placing controller."""
+"""``bless cluster up|status|down|replay``: several (simulated) GPUs on Ray, one serving core each, a placing controller."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def default_cluster_dir() -> Path:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("cluster", help="several GPUs on a Ray cluster: up, status, down")
+    p = sub.add_parser("cluster", help="several GPUs on a Ray cluster: up, status, down; replay (virtual time, no Ray)")
     csub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def common(q: argparse.ArgumentParser) -> None:
@@ -78,6 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     down = csub.add_parser("down", help="stop the bless actors (and the local Ray cluster `up` started)")
     common(down)
     down.set_defaults(func=run_down)
+    from bless.cli._cluster_replay import add_replay
+
+    add_replay(csub)
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
