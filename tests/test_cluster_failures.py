@@ -18,6 +18,7 @@ grpc = pytest.importorskip("grpc")
 # as its own step, keeps `make test` under two minutes.
 pytestmark = pytest.mark.slow
 
+from bless.cli import main  # noqa: E402
 from bless.cluster import ray_actors as ra  # noqa: E402
 from bless.cluster.controller import STATE_FILE  # noqa: E402
 from bless.cluster.frontend import ClusterFrontend  # noqa: E402
@@ -151,7 +152,7 @@ def test_a_killed_agents_app_answers_unavailable_then_is_served_from_another_gpu
     assert status["gpu-1"]["down"] and [x["name"] for x in status["gpu-2"]["apps"]] == ["b"]
 
 
-def test_an_app_that_fits_nowhere_is_unplaced_then_placed_when_its_agent_rejoins(cluster):
+def test_an_app_that_fits_nowhere_is_unplaced_then_placed_when_its_agent_rejoins(cluster, capsys):
     client, state_dir = cluster
     for i in range(GPUS):
         assert client.register(f"r{i}", "resnet50", "60%")["gpu"] == f"gpu-{i}"
@@ -165,6 +166,10 @@ def test_an_app_that_fits_nowhere_is_unplaced_then_placed_when_its_agent_rejoins
         client.infer("r3")
     state = json.loads((state_dir / "controller" / STATE_FILE).read_text())
     assert "r3" in state["unplaced"] and "r3" not in state["apps"]
+    capsys.readouterr()
+    assert main(["cluster", "status", "--address", "auto"]) == 0  # this process is on the cluster already
+    shown = capsys.readouterr().out
+    assert "gpu-3 is down" in shown and "r3 has no GPU" in shown  # the operator sees both, with why
     with ClusterFrontend(client) as fe:
         channel = grpc.insecure_channel(fe.address)
         with pytest.raises(grpc.RpcError) as e:

@@ -163,9 +163,15 @@ def run_status(args: argparse.Namespace) -> int:
     from bless.cluster import ray_actors as ra
 
     ra.connect(_address(args))
-    gpus = ra.call(ra.controller_handle(), "status")
+    controller = ra.controller_handle()
+    gpus = ra.call(controller, "status")
+    health = ra.call(controller, "health")
     if args.json:
-        print(json.dumps(gpus, indent=1, default=lambda x: None))
+        print(
+            json.dumps(
+                {"gpus": gpus, "down": health["down"], "unplaced": health["unplaced"]}, indent=1, default=lambda x: None
+            )
+        )
         return 0
     from rich.table import Table
 
@@ -199,7 +205,12 @@ def run_status(args: argparse.Namespace) -> int:
                 ms(a["iso_latency"]),
                 "-" if not math.isfinite(viol) else f"{viol:.0%}",
             )
-    make_console().print(table)
+    console = make_console()
+    console.print(table)
+    for gpu_id, why in sorted(health["down"].items()):
+        console.print(f"[red]{gpu_id} is down[/red]: {why}")
+    for name, app in sorted(health["unplaced"].items()):
+        console.print(f"[red]{name} has no GPU[/red] (answers UNAVAILABLE until one can take it): {app['reason']}")
     return 0
 
 
