@@ -12,9 +12,10 @@ grpcclient = pytest.importorskip("tritonclient.grpc")
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 from bless.cluster import ray_actors as ra  # noqa: E402
-from bless.cluster.frontend import ClusterFrontend, wire_string  # noqa: E402
+from bless.cluster.frontend import ClusterFrontend  # noqa: E402
 from bless.serving.api import oip  # noqa: E402
 from bless.serving.client.client import BlessClient  # noqa: E402
+from bless.serving.server.wire import wire_string  # noqa: E402
 
 GPUS = 4
 

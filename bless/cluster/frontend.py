@@ -8,7 +8,7 @@ route by model name to the agent that holds the model:
 * **Inference** (``inference.GRPCInferenceService``).  ModelInfer, ModelMetadata,
   ModelReady, ModelConfig, ModelStatistics (of one model) and each request of
   ModelStreamInfer are forwarded to that agent *as raw bytes*: the front end
-  reads the model name off the wire (:func:`wire_string`, which skips the tensor
+  reads the model name off the wire (:func:`~bless.serving.server.wire.wire_string`, which skips the tensor
   bytes without copying them) and passes the request and the answer through
   undecoded, with the client's deadline, and an agent's error (code, message,
   trailing metadata such as the retry pushback) as the client's.  The routes
@@ -62,6 +62,8 @@ from bless.serving.server.errors import InvalidArgument, NotFound, ServiceError,
 from bless.serving.server.inference import EXTENSIONS, NOT_APPLICABLE
 from bless.serving.server.rpc import RETRY_PUSHBACK, retry_pushback
 from bless.serving.server.security import AuthGuard
+from bless.serving.server.streams import answer_concurrently
+from bless.serving.server.wire import encode_varint, length_delimited_tag, wire_string
 
 log = logging.getLogger("bless.cluster")
 
@@ -86,59 +88,7 @@ class Cluster(Protocol):
     def health(self) -> dict[str, Any]: ...
 
 
-# ---------------------------------------------------------------------------- wire format
-def _varint(raw: bytes, i: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        b = raw[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i
-        shift += 7
-        if shift > 63:
-            raise IndexError("varint too long")
-
-
-def _encode_varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def wire_string(raw: bytes, field: int) -> str:
-    """The string field ``field`` of a serialised message, read without decoding the rest
-    (length-delimited fields, tensors among them, are skipped, not copied); "" if absent."""
-    found = ""
-    i, n = 0, len(raw)
-    try:
-        while i < n:
-            key, i = _varint(raw, i)
-            wire = key & 7
-            if wire == 0:
-                _, i = _varint(raw, i)
-            elif wire == 1:
-                i += 8
-            elif wire == 5:
-                i += 4
-            elif wire == 2:
-                size, i = _varint(raw, i)
-                if key >> 3 == field:
-                    found = raw[i : i + size].decode()
-                i += size
-            else:
-                raise ValueError(f"wire type {wire}")
-        if i > n:
-            raise IndexError("truncated")
-    except (IndexError, ValueError, UnicodeDecodeError) as e:
-        raise InvalidArgument(f"malformed request: {e}") from None
-    return found
-
-
-STREAM_RESPONSE_TAG = bytes([oip.ModelStreamInferResponse.DESCRIPTOR.fields_by_name["infer_response"].number << 3 | 2])
+STREAM_RESPONSE_TAG = length_delimited_tag(oip.ModelStreamInferResponse, "infer_response")
 
 
 class AgentError(Exception):
@@ -417,16 +367,13 @@ class FrontInference:
     async def model_stream_infer(self, raws: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
         """Each request of the stream is forwarded as a ModelInfer of its own to its model's agent,
         concurrently; answers are written as they come (a failed one: ``error_message``)."""
-        answers: asyncio.Queue = asyncio.Queue()
-        running: set[asyncio.Task] = set()
         path = _path(OIP_SERVICE, "ModelInfer")
-        end = object()
 
-        async def answer(raw: bytes) -> None:
+        async def answer(raw: bytes) -> bytes:
             try:
                 gpu = await self.routes.gpu_of(wire_string(raw, 1))
                 response = await self.routes.forward(gpu, path, raw)
-                item = STREAM_RESPONSE_TAG + _encode_varint(len(response)) + response
+                return STREAM_RESPONSE_TAG + encode_varint(len(response)) + response
             except Exception as e:
                 if isinstance(e, (AgentError, ServiceError)):
                     message = str(e)
@@ -439,28 +386,10 @@ class FrontInference:
                     failed.infer_response.id = wire_string(raw, 3)
                 except InvalidArgument:
                     pass
-                item = failed.SerializeToString()
-            answers.put_nowait(item)
+                return failed.SerializeToString()
 
-        async def read() -> None:
-            try:
-                async for raw in raws:
-                    task = asyncio.create_task(answer(raw))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-                await asyncio.gather(*running)
-            finally:
-                answers.put_nowait(end)
-
-        reader = asyncio.create_task(read())
-        try:
-            while (item := await answers.get()) is not end:
-                yield item
-            await reader
-        finally:
-            reader.cancel()
-            for task in list(running):
-                task.cancel()
+        async for item in answer_concurrently(raws, answer):
+            yield item
 
 
 class FrontAdmin:

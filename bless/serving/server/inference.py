@@ -17,7 +17,6 @@ bless answer UNIMPLEMENTED with the reason (:data:`NOT_APPLICABLE`).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -33,6 +32,7 @@ from bless.serving.server.errors import NotFound, ServiceError, Unimplemented
 from bless.serving.server.jobs import MODEL_VERSION, Outcome, ServedApp
 from bless.serving.server.model_config import model_config
 from bless.serving.server.rpc import generic_handler
+from bless.serving.server.streams import answer_concurrently
 from bless.serving.server.tensors import (
     TensorSpec,
     check_request_sizes,
@@ -40,6 +40,7 @@ from bless.serving.server.tensors import (
     output_chunks,
     requested_outputs,
 )
+from bless.serving.server.wire import encode_varint, length_delimited_tag
 
 log = logging.getLogger("bless.serving.server")
 
@@ -82,9 +83,6 @@ NOT_APPLICABLE = {
 REPOSITORY_STATES = {True: ("READY", ""), False: ("UNAVAILABLE", "the server is shutting down")}
 """Triton's model state in RepositoryIndex (and its reason) by whether the server is ready."""
 
-_END = object()
-"""Marks the end of a ModelStreamInfer answer queue."""
-
 
 def check_version(name: str, version: str) -> None:
     if version not in ("", MODEL_VERSION):
@@ -106,17 +104,7 @@ def set_timings(response: Any, outcome: Outcome) -> None:
         response.parameters[f"bless_{name}_us"].int64_param = round(seconds * MICROSECONDS)
 
 
-RAW_OUTPUT_TAG = bytes([oip.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number << 3 | 2])
-"""Wire-format key of ``raw_output_contents`` (length-delimited)."""
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+RAW_OUTPUT_TAG = length_delimited_tag(oip.ModelInferResponse, "raw_output_contents")
 
 
 def encode_response(
@@ -136,7 +124,7 @@ def encode_response(
     raw: list[bytes] = []
     for spec, shape, chunks in output_chunks(served.name, inputs, shapes, wanted):
         response.outputs.add(name=spec.name, datatype=spec.datatype, shape=shape)
-        raw += (RAW_OUTPUT_TAG, _varint(sum(map(len, chunks))), *chunks)
+        raw += (RAW_OUTPUT_TAG, encode_varint(sum(map(len, chunks))), *chunks)
     return b"".join([response.SerializeToString(), *raw])
 
 
@@ -230,13 +218,11 @@ class InferenceService:
         Triton, a failed request answers ``error_message`` and the stream goes on; the stream
         ends once the client has closed its side and every request is answered.  A cancelled
         stream cancels its requests."""
-        answers: asyncio.Queue = asyncio.Queue()
-        running: set[asyncio.Task] = set()
 
-        async def answer(request: Any) -> None:
+        async def answer(request: Any) -> Any:
             try:
                 answered = await self.model_infer(request, context)
-                response = oip.ModelStreamInferResponse(infer_response=oip.ModelInferResponse.FromString(answered))
+                return oip.ModelStreamInferResponse(infer_response=oip.ModelInferResponse.FromString(answered))
             except Exception as e:
                 if not isinstance(e, ServiceError):
                     log.exception("ModelStreamInfer failed")
@@ -245,27 +231,10 @@ class InferenceService:
                 )
                 response.infer_response.model_name = request.model_name
                 response.infer_response.id = request.id
-            answers.put_nowait(response)
+                return response
 
-        async def read() -> None:
-            try:
-                async for request in requests:
-                    task = asyncio.create_task(answer(request))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-                await asyncio.gather(*running)
-            finally:
-                answers.put_nowait(_END)
-
-        reader = asyncio.create_task(read())
-        try:
-            while (item := await answers.get()) is not _END:
-                yield item
-            await reader  # a failure reading the request stream fails the RPC
-        finally:
-            reader.cancel()
-            for task in list(running):
-                task.cancel()
+        async for item in answer_concurrently(requests, answer):
+            yield item
 
     async def _infer(self, served: ServedApp, request: Any, timeout: float | None, received: float) -> bytes:
         spec = served.spec
