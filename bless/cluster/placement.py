@@ -36,7 +36,7 @@ from bless.colocation.advisor import rank
 from bless.colocation.kace import KaceModel
 from bless.core.lifecycle import AppState
 from bless.hw.gpus import GpuSpec, get_gpu
-from bless.policies.bless import MEMORY_HEADROOM, max_restricted_level
+from bless.policies.bless import MEMORY_HEADROOM
 from bless.profiles.format import Profile
 from bless.serving.server.admission import (
     Admission,
@@ -44,7 +44,7 @@ from bless.serving.server.admission import (
     AppDemand,
     MemoryBudget,
     admit,
-    contexts_per_app,
+    memory_budget,
 )
 from bless.serving.server.spec import slo_seconds
 
@@ -162,11 +162,13 @@ class Placement:
 
 
 # ---------------------------------------------------------------- feasibility
-def contexts_for(app: PlacedApp, gpu: GpuState) -> int:
-    """Contexts BLESS would create for ``app`` on ``gpu`` (raises ValueError if not even two fit)."""
+def budget_for(app: PlacedApp, gpu: GpuState) -> MemoryBudget:
+    """The memory ``gpu`` has for ``app``, as the single server prices it (ValueError if not even
+    two contexts fit)."""
     states = [a.state(i) for i, a in enumerate(gpu.apps)] + [app.state(len(gpu.apps))]
-    level = min(gpu.max_level, max_restricted_level(states, gpu.spec, gpu.mechanism))
-    return contexts_per_app(gpu.spec, level, gpu.mechanism)
+    return memory_budget(
+        states, gpu.spec, gpu.mechanism, gpu.max_level, gpu.capacity_bytes, gpu.memory_used_bytes, gpu.per_context_bytes
+    )
 
 
 def check(app: PlacedApp, gpu: GpuState, limits: AdmissionLimits = DEFAULT_LIMITS) -> Fit:
@@ -175,13 +177,12 @@ def check(app: PlacedApp, gpu: GpuState, limits: AdmissionLimits = DEFAULT_LIMIT
         reason = f"the profile of {app.name!r} is for {app.profile.gpu}, not {gpu.gpu}"
         return Fit(gpu.gpu_id, Admission(False, reason))
     try:
-        contexts = contexts_for(app, gpu)
+        budget = budget_for(app, gpu)
     except ValueError as e:
-        return Fit(gpu.gpu_id, Admission(False, f"GPU memory exhausted: {e}"))
-    budget = MemoryBudget(gpu.capacity_bytes, gpu.memory_used_bytes, gpu.per_context_bytes, contexts)
+        return Fit(gpu.gpu_id, Admission(False, str(e)))
     others = [AppDemand.of(a.state(i)) for i, a in enumerate(gpu.apps)]
     admission = admit(AppDemand.of(app.state(len(gpu.apps))), others, budget, gpu.squad_size, limits)
-    after = gpu.memory_used_bytes + app.profile.memory_bytes + contexts * gpu.per_context_bytes
+    after = gpu.memory_used_bytes + budget.need(app.profile.memory_bytes)
     return Fit(gpu.gpu_id, admission, after if admission.accepted else 0)
 
 
@@ -192,7 +193,7 @@ def fits(app: PlacedApp, gpus: Sequence[GpuState], limits: AdmissionLimits = DEF
 
 def with_app(gpu: GpuState, app: PlacedApp) -> GpuState:
     """``gpu`` once ``app`` is deployed there (memory as admission priced it)."""
-    after = gpu.memory_used_bytes + app.profile.memory_bytes + contexts_for(app, gpu) * gpu.per_context_bytes
+    after = gpu.memory_used_bytes + budget_for(app, gpu).need(app.profile.memory_bytes)
     return dataclasses.replace(gpu, apps=(*gpu.apps, app), memory_used_bytes=after)
 
 

@@ -38,7 +38,7 @@ import numpy as np
 from bless.colocation.advisor import ColocationGate
 from bless.core.lifecycle import AppState
 from bless.hw.gpus import GpuSpec
-from bless.policies.bless import MEMORY_HEADROOM
+from bless.policies.bless import MEMORY_HEADROOM, max_restricted_level
 from bless.profiles.format import Profile
 
 QUOTA_EPS = 1e-9
@@ -102,6 +102,10 @@ class MemoryBudget:
     def usable_bytes(self) -> float:
         return self.capacity_bytes * MEMORY_HEADROOM
 
+    def need(self, app_bytes: int) -> int:
+        """What an app of ``app_bytes`` takes once deployed: itself and its contexts."""
+        return app_bytes + self.contexts * self.context_bytes
+
 
 @dataclass(frozen=True)
 class Admission:
@@ -114,6 +118,26 @@ class Admission:
 def contexts_per_app(gpu: GpuSpec, max_level: int, mechanism: str) -> int:
     """Contexts BLESS creates for an app when restricted levels go up to ``max_level``."""
     return 1 + len({gpu.sms_for_level(n, mechanism) for n in range(1, max_level + 1)} - {gpu.sm_count})
+
+
+def memory_budget(
+    resident: Sequence[AppState],
+    gpu: GpuSpec,
+    mechanism: str,
+    max_level: int,
+    capacity_bytes: int,
+    used_bytes: int,
+    context_bytes: int,
+) -> MemoryBudget:
+    """The memory a GPU holding ``resident`` (the new app among them) has for the new app: BLESS
+    caps its restricted levels at ``max_level`` and at what memory allows for these apps, and
+    each app gets a context per distinct level.  ValueError (naming the memory) if not even the
+    unrestricted and one restricted context fit."""
+    try:
+        level = min(max_level, max_restricted_level(list(resident), gpu, mechanism))
+    except ValueError as e:
+        raise ValueError(f"GPU memory exhausted: {e}") from None
+    return MemoryBudget(capacity_bytes, used_bytes, context_bytes, contexts_per_app(gpu, level, mechanism))
 
 
 def check_quota(
@@ -135,7 +159,7 @@ def check_memory(
 ) -> list[str]:
     if memory is None:
         return []
-    need = app.memory_bytes + memory.contexts * memory.context_bytes
+    need = memory.need(app.memory_bytes)
     free = memory.usable_bytes - memory.used_bytes
     if need <= free:
         return []

@@ -50,15 +50,14 @@ from typing import Any, NamedTuple, TypeVar
 from bless.backend.interface import Backend, BackendError
 from bless.core.executor import Executor
 from bless.core.lifecycle import AppState, Request
-from bless.policies.bless import BlessPolicy, max_restricted_level
+from bless.policies.bless import BlessPolicy
 from bless.profiles.format import Profile
 from bless.serving.server.admission import (
     Admission,
     AdmissionLimits,
     AppDemand,
-    MemoryBudget,
     admit,
-    contexts_per_app,
+    memory_budget,
 )
 from bless.serving.server.errors import (
     Aborted,
@@ -523,15 +522,17 @@ class ServingCore:
         if memory:
             mechanism = self.policy.mechanism
             try:
-                level = min(
-                    self.policy.max_level, max_restricted_level([*self.executor.apps, state], self.gpu, mechanism)
+                budget = memory_budget(
+                    [*self.executor.apps, state],
+                    self.gpu,
+                    mechanism,
+                    self.policy.max_level,
+                    self.gpu.memory_bytes,
+                    self.backend.memory_used,
+                    self.backend.context_bytes(mechanism),
                 )
             except ValueError as e:
-                return Admission(False, f"GPU memory exhausted: {e}")
-            per_ctx = self.backend.context_bytes(mechanism)
-            budget = MemoryBudget(
-                self.gpu.memory_bytes, self.backend.memory_used, per_ctx, contexts_per_app(self.gpu, level, mechanism)
-            )
+                return Admission(False, str(e))
         return admit(AppDemand.of(state), others, budget, self.policy.squad_size, self.limits)
 
     def _register(
