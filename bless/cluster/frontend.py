@@ -112,6 +112,11 @@ class Routes:
         self.unplaced: dict[str, str] = {}
         """Models no GPU could take since theirs went down, and why."""
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._lost: set[str] = set()
+        """Agent incarnations (by their random admin token) found unreachable.  The controller may
+        list one a while longer (a dying actor can still answer its ping), and a connection to a
+        dying process's listening socket can hang until the client's deadline; a restarted agent
+        has a new token, so it is routed to again."""
         self._refresh_lock: asyncio.Lock | None = None
         self._refreshed = -math.inf
 
@@ -132,7 +137,7 @@ class Routes:
             health = getattr(self.cluster, "health", None)
             unplaced = (await asyncio.to_thread(health)).get("unplaced", {}) if health is not None else {}
             self.models = {name: entry["gpu"] for name, entry in placements.items()}
-            self.endpoints = {g: e for g, e in endpoints.items() if e}
+            self.endpoints = {g: e for g, e in endpoints.items() if e and e["token"] not in self._lost}
             self.unplaced = {name: u.get("reason", "") for name, u in unplaced.items()}
             self._refreshed = started
 
@@ -163,6 +168,7 @@ class Routes:
         self.models = {}
         self._refreshed = -math.inf
         if endpoint is not None:
+            self._lost.add(endpoint["token"])
             channel = self._channels.pop(endpoint["address"], None)
             if channel is not None:
                 asyncio.get_running_loop().create_task(channel.close())
