@@ -335,13 +335,18 @@ class Determiner:
         """When each run ``(profile, start, count, sm_limit)`` -- kernels ``[start, start + count)``
         in a context of ``sm_limit`` SMs (None: unrestricted) -- ends, all launched together and
         run ``i`` free to start at ``ready[i]`` (the kernel walk, interference included)."""
-        k = len(runs)
-        g0 = np.array([self.tables(p).base + s for p, s, _, _ in runs], dtype=np.int64)
-        cnt = np.array([c for _, _, c, _ in runs], dtype=np.int64)
-        rcnt = np.array([0 if lim is None else c for _, _, c, lim in runs], dtype=np.int64)
-        caps = np.array([1 if lim is None else lim for *_, lim in runs], dtype=np.int64)
-        ends = np.zeros(k)
-        self._walk(g0, cnt, rcnt, caps, np.asarray(ready, dtype=np.float64), ends)
+        # One array for the four columns (this is on deadline pacing's per-step path).
+        cols = np.array(
+            [
+                [self.tables(p).base + s for p, s, _, _ in runs],
+                [c for _, _, c, _ in runs],
+                [0 if lim is None else c for _, _, c, lim in runs],
+                [1 if lim is None else lim for *_, lim in runs],
+            ],
+            dtype=np.int64,
+        )
+        ends = np.zeros(len(runs))
+        self._walk(cols[0], cols[1], cols[2], cols[3], np.asarray(ready, dtype=np.float64), ends)
         return ends
 
     # ------------------------------------------------------------ decision

@@ -131,12 +131,11 @@ class BlessPolicy(Policy):
         """Per profile (by id): kernel times in each of the app's contexts (the determiner's rows)."""
         self._stretch: dict[int, float] = {}
         """Per app index: the slowdown its neighbours' DRAM traffic is expected to cause."""
-        self._deadline: dict[int, float] = {}
-        """Per request id: its deadline (deadline pacing)."""
+        self._paced: dict[int, PacedRequest] = {}
+        """Per request id: its deadline-pacing state (deadline, context row, when its launched
+        kernels are expected to end), from its first step to its completion."""
         self._iso_finish: dict[int, float] = {}
         """Per app index: when its latest request would finish in the ISO run."""
-        self._busy_until: dict[int, float] = {}
-        """Per request id: when its launched kernels are expected to end (deadline pacing streams)."""
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
         # Contexts already created stay; the level cap only ever goes down so
@@ -158,6 +157,19 @@ class BlessPolicy(Policy):
             for a in apps
         }
         self._stretch = neighbour_stretch(apps, gpu)
+        self._paced = {rid: self._rebased(p) for rid, p in self._paced.items()}
+
+    def _rebased(self, paced: PacedRequest) -> PacedRequest:
+        """``paced`` under the tables, quota and neighbours :meth:`setup` just computed
+        (an app added or removed, a quota changed): its deadline and queued work stay."""
+        app = paced.request.app
+        tab = self._pace_tables.get(id(app.profile), paced.table)
+        last = paced.table.sms(paced.row) if paced.row >= 0 else None
+        row = tab.full if last == paced.table.sm_count else (tab.limits.index(last) if last in tab.limits else -1)
+        stretch = self._stretch.get(app.index, 1.0)
+        return PacedRequest(
+            paced.request, paced.deadline, tab, app.quota * tab.sm_count, stretch, row, paced.busy_until
+        )
 
     def context_limits(self, app: AppState, gpu: GpuSpec) -> list[int | None]:
         """The unrestricted context plus one restricted context per level 1..max_level."""
@@ -168,9 +180,9 @@ class BlessPolicy(Policy):
         active = [r for a in apps if (r := a.activate()) is not None]
         if not active:
             return None
-        active.sort(key=lambda r: (r.arrival, r.rid))
         if self.pacing == "deadline":
             return self._deadline_squad(now, active)
+        active.sort(key=lambda r: (r.arrival, r.rid))
         squad = build_squad(active, now, self.squad_size, self.pacing == "paper")
         if not squad.entries:
             return None  # every active request has all its kernels launched already
@@ -203,46 +215,38 @@ class BlessPolicy(Policy):
 
     def on_complete(self, request, now: float) -> None:
         self._last_limit.pop(request.rid, None)
-        self._deadline.pop(request.rid, None)
-        self._busy_until.pop(request.rid, None)
+        self._paced.pop(request.rid, None)
 
     def deadline(self, request: Request) -> float:
         """The request's deadline: its finish in the ISO run of the same arrivals
         (``max(arrival, the app's previous one) + T[quota]``), or ``arrival + SLO`` if earlier."""
-        d = self._deadline.get(request.rid)
-        if d is None:
+        return self._pacing_state(request).deadline
+
+    def _pacing_state(self, request: Request) -> PacedRequest:
+        """The request's deadline-pacing state, made the first time it is asked for (its deadline
+        fixed then: its app's earlier requests were all asked for before it)."""
+        paced = self._paced.get(request.rid)
+        if paced is None:
             app = request.app
             finish = max(request.arrival, self._iso_finish.get(app.index, -math.inf)) + app.iso_latency
             self._iso_finish[app.index] = finish
-            d = finish if app.slo is None else min(finish, request.arrival + app.slo)
-            self._deadline[request.rid] = d
-        return d
+            deadline = finish if app.slo is None else min(finish, request.arrival + app.slo)
+            tab = self._pace_tables[id(app.profile)]
+            stretch = self._stretch.get(app.index, 1.0)
+            paced = self._paced[request.rid] = PacedRequest(request, deadline, tab, app.quota * tab.sm_count, stretch)
+        return paced
 
     def _deadline_squad(self, now: float, active: list[Request]) -> Decision:
         """Stream each request's next window of kernels in its context (no barrier)."""
-        sms = self.gpu.sm_count
-        paced = []
-        for r in active:
-            tab = self._pace_tables[id(r.app.profile)]
-            last = self._last_limit.get(r.rid, -1)
-            row = -1 if last == -1 else (len(tab.limits) if last is None else tab.limits.index(last))
-            paced.append(
-                PacedRequest(
-                    r,
-                    self.deadline(r),
-                    tab,
-                    r.app.quota * sms,
-                    self._stretch.get(r.app.index, 1.0),
-                    row,
-                    self._busy_until.get(r.rid, -math.inf),
-                )
-            )
-        launch = build_deadline_squad(paced, now, self.window, self._price)
-        for e, d in zip(launch.squad.entries, launch.durations):
-            rid = e.request.rid
-            self._busy_until[rid] = max(self._busy_until.get(rid, now), now) + d
-        plans = tuple(RequestLaunch(e.request, e.start, e.count, e.sm_limit) for e in launch.squad.entries)
-        return Decision(plans, launch.squad.entry_of_kernel if plans else None, wake_at=launch.wake_at)
+        paced = self._paced
+        state = [paced.get(r.rid) or self._pacing_state(r) for r in active]
+        launch = build_deadline_squad(state, now, self.window, self._price)
+        for e, d in zip(launch.launches, launch.durations):
+            paced = self._paced[e.request.rid]
+            paced.busy_until = max(paced.busy_until, now) + d
+            tab = paced.table
+            paced.row = tab.full if e.sm_limit is None else tab.limits.index(e.sm_limit)
+        return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
 
     def _price(self, runs, ready):
         """The determiner's kernel walk over ``(request, start, count, sm_limit)`` runs."""
