@@ -377,10 +377,9 @@ def _top_row(
         q = p.quota_row
         rem = pt.rest(q, k)
         pace = pt.work(q, k, c) / max(end * p.stretch, 1e-12)
-        if pace * top_end >= rem:
-            finish = rem / pace
-        else:
-            finish = top_end + (rem - pace * top_end) * pt.rest(pt.full, k) / rem
+        # Done at its window's pace while the top runs, or the rest at full-GPU speed after it.
+        after = top_end + (rem - pace * top_end) * pt.rest(pt.full, k) / rem
+        finish = rem / pace if pace * top_end >= rem else after
         if now + finish + window > p.deadline:
             capped = max(0, tab.first_row_at_most(tab.sm_count - sum(p.table.sms(r) for p, r in picked[1:])))
             counts, ends = walk(capped)
