@@ -326,7 +326,7 @@ def _start_order(entries: list[RequestLaunch], lines: list[list[float]]) -> tupl
     contexts from now (``lines[j]``: launch j's context row; ties: the earlier launch first)."""
     if len(entries) == 1:
         return (0,) * entries[0].count
-    keyed = []
+    keyed: list[tuple[float, int]] = []
     for j, (e, line) in enumerate(zip(entries, lines)):
         base = line[e.start]
         keyed.extend((line[k] - base, j) for k in range(e.start, e.start + e.count))

@@ -238,11 +238,11 @@ class BlessPolicy(Policy):
 
     def _deadline_squad(self, now: float, active: list[Request]) -> Decision:
         """Stream each request's next window of kernels in its context (no barrier)."""
-        paced = self._paced
-        state = [paced.get(r.rid) or self._pacing_state(r) for r in active]
+        known = self._paced
+        state = [known.get(r.rid) or self._pacing_state(r) for r in active]
         launch = build_deadline_squad(state, now, self.window, self._price)
         for e, d in zip(launch.launches, launch.durations):
-            paced = self._paced[e.request.rid]
+            paced = known[e.request.rid]
             paced.busy_until = max(paced.busy_until, now) + d
             tab = paced.table
             paced.row = tab.full if e.sm_limit is None else tab.limits.index(e.sm_limit)
