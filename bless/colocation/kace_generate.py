@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bless.backend.interface import BackendError
+from bless.backend.closed_loop import ClosedLoopRun, run_closed_loops
 from bless.colocation.kace import APP_FEATURES, SoloRun, app_features
 from bless.colocation.kace_data import (
     FeatureTable,
@@ -36,22 +36,6 @@ from bless.colocation.kace_data import (
 )
 from bless.hw.gpus import get_gpu
 from bless.profiles.format import Profile
-
-MIN_REQUESTS = 4
-"""Completions each app needs before a run may stop (three whole periods)."""
-TIME_CAP = 50.0
-"""A run stops at ``TIME_CAP * seconds`` even if an app is starved (its throughput is then low)."""
-
-
-@dataclass(frozen=True)
-class ClosedLoopRun:
-    """One co-run (or solo run): per app, its throughput and the memory it held."""
-
-    throughputs: tuple[float, ...]
-    requests: tuple[int, ...]
-    memory_bytes: tuple[int, ...]
-    virtual_seconds: float
-    kernels: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,56 +52,11 @@ class Generated:
 
 
 def closed_loop(profiles: Sequence[Profile], gpu: str, seconds: float) -> ClosedLoopRun | None:
-    """Run the apps together in closed loops; None when they do not fit in memory."""
+    """Run the apps together in closed loops, each in its own unrestricted context, on a fresh
+    simulated ``gpu``; None when they do not fit in memory (:func:`bless.backend.closed_loop.run_closed_loops`)."""
     from bless.sim.backend import SimBackend
 
-    backend = SimBackend(gpu)
-    apps, memory = [], []
-    try:
-        for profile in profiles:
-            before = backend.memory_used
-            handle = backend.deploy(profile)
-            stream = backend.create_stream(backend.create_context(handle, None))
-            apps.append((handle, stream))
-            memory.append(backend.memory_used - before)
-    except BackendError:
-        return None
-
-    def submit(i: int) -> None:
-        handle, stream = apps[i]
-        last = handle.profile.n_kernels - 1
-        for k in range(last + 1):
-            backend.launch(stream, handle, k, tag=i, notify=k == last)
-
-    done: list[list[float]] = [[] for _ in apps]
-    for i in range(len(apps)):
-        submit(i)
-    kernels = 0
-    while True:
-        finished = backend.wait()
-        if not finished:
-            break  # nothing in flight (cannot happen while every app keeps a request queued)
-        for run in finished:
-            done[run.tag].append(run.end)
-            kernels += apps[run.tag][0].profile.n_kernels
-            submit(run.tag)
-        now = backend.now()
-        if now >= seconds * TIME_CAP or (now >= seconds and all(len(d) >= MIN_REQUESTS for d in done)):
-            break
-    elapsed = backend.now()
-    return ClosedLoopRun(
-        throughputs=tuple(_throughput(d, elapsed) for d in done),
-        requests=tuple(len(d) for d in done),
-        memory_bytes=tuple(memory),
-        virtual_seconds=elapsed,
-        kernels=kernels,
-    )
-
-
-def _throughput(completions: list[float], elapsed: float) -> float:
-    if len(completions) >= 2 and completions[-1] > completions[0]:
-        return (len(completions) - 1) / (completions[-1] - completions[0])
-    return len(completions) / elapsed
+    return run_closed_loops(SimBackend(gpu), profiles, seconds)
 
 
 # ------------------------------------------------------------------ the whole data set

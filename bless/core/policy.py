@@ -61,12 +61,24 @@ class Decision:
     """The policy's prediction for a squad (``sync``), if it makes one."""
 
 
+@dataclass(frozen=True)
+class IsolatedGroup:
+    """Apps an ``isolated`` policy runs together on a GPU (or MIG slice) of their own."""
+
+    apps: tuple[int, ...]
+    """Indices (``AppState.index``) of the apps in the group."""
+    gpu: GpuSpec
+    """The device they share."""
+    policy: Policy | None = None
+    """The policy that shares it among them; None: a fresh instance of the run's policy."""
+
+
 class Policy(ABC):
     """A GPU sharing policy."""
 
     name: ClassVar[str] = "?"
     isolated: ClassVar[bool] = False
-    """True if each app must run on a GPU of its own (ISO, MIG)."""
+    """True if the apps run on GPUs (slices) of their own, grouped by :meth:`isolated_groups` (ISO, MIG)."""
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
         """Called once the apps are deployed, before the first step."""
@@ -74,6 +86,11 @@ class Policy(ABC):
     def app_gpu(self, app: AppState, gpu: GpuSpec) -> GpuSpec:
         """The GPU an app runs on when ``isolated`` (e.g. a MIG slice)."""
         return gpu
+
+    def isolated_groups(self, apps: list[AppState], gpu: GpuSpec) -> list[IsolatedGroup]:
+        """How an ``isolated`` policy splits the apps over devices of their own: by default one app
+        per device (:meth:`app_gpu`), as ISO and MIG do; MIG + MPS puts two apps in one slice."""
+        return [IsolatedGroup((app.index,), self.app_gpu(app, gpu)) for app in apps]
 
     def context_limits(self, app: AppState, gpu: GpuSpec) -> list[int | None]:
         """SM limits of the contexts to create for ``app`` at deployment."""
@@ -119,6 +136,7 @@ POLICIES.register_lazy("mig", "bless.policies.mig:MigPolicy")
 POLICIES.register_lazy("gslice", "bless.policies.gslice:GslicePolicy")
 POLICIES.register_lazy("reef", "bless.policies.reef:ReefPolicy")
 POLICIES.register_lazy("zico", "bless.policies.zico:ZicoPolicy")
+POLICIES.register_lazy("migmps", "bless.policies.migmps.policy:MigMpsPolicy")
 
 
 def create_policy(name: str, **kwargs: Any) -> Policy:

@@ -101,7 +101,7 @@ class RunResult:
 
     @classmethod
     def merge(cls, parts: list[RunResult], policy: dict[str, Any], gpu: str) -> RunResult:
-        """One result from runs of single apps on GPUs of their own (ISO, MIG)."""
+        """One result from runs of apps on GPUs (slices) of their own (ISO, MIG, MIG + MPS), apps in ``parts`` order."""
         kernels = sum(p.kernels for p in parts)
         trace = None
         if all(p.trace is not None for p in parts):

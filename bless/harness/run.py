@@ -89,26 +89,35 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
         result = runtime.run()
         result.notes.extend(notes)
         return result
-    # Isolated policies (ISO, MIG): every app on a GPU (slice) of its own.
+    # Isolated policies (ISO, MIG, MIG + MPS): each group of apps on a GPU (slice) of its own.
+    groups = policy.isolated_groups(apps, gpu)
+    placed = sorted(i for g in groups for i in g.apps)
+    if placed != [a.index for a in apps]:
+        raise ValueError(f"policy {cfg.policy!r} placed apps {placed}, not each of the {len(apps)} apps once")
     parts = []
-    for i, (app, load) in enumerate(zip(apps, loads)):
-        own_gpu = policy.app_gpu(app, gpu)
-        alone = AppState(0, app.name, app.profile, app.quota, slo=app.slo)
-        backend = make_backend(cfg, own_gpu, seed_offset=i)
+    for n, group in enumerate(groups):
+        # a group's first app seeds it, so one app per group replays exactly as it always has
+        first = group.apps[0]
+        members = [
+            AppState(k, apps[i].name, apps[i].profile, apps[i].quota, slo=apps[i].slo) for k, i in enumerate(group.apps)
+        ]
+        backend = make_backend(cfg, group.gpu, seed_offset=first)
         runtime = Replay(
             backend,
-            make_policy(cfg, backend.mechanism),
-            [alone],
-            [load],
+            group.policy or make_policy(cfg, backend.mechanism),
+            members,
+            [loads[i] for i in group.apps],
             duration=cfg.duration,
             warmup=cfg.warmup,
-            seed=cfg.seed + i,
+            seed=cfg.seed + first,
             trace=trace_recorder(backend) if trace else None,
         )
         parts.append(runtime.run())
         if progress is not None:
-            progress((i + 1) / len(apps))
+            progress((n + 1) / len(groups))
     result = RunResult.merge(parts, policy.describe(), gpu.name)
+    merged_order = [i for g in groups for i in g.apps]
+    result.apps = [result.apps[merged_order.index(a.index)] for a in apps]  # back in config order
     result.notes.extend(notes)
     return result
 

@@ -26,7 +26,10 @@ import dataclasses
 from bless.core.lifecycle import AppState
 from bless.core.policy import Decision, Policy
 from bless.hw.gpus import GpuSpec, MigProfile
+from bless.hw.mig import place
 from bless.policies.common import launch_queued
+
+__all__ = ["MigPolicy", "MigUnsupported", "mig_profile", "mig_slice_gpu", "place"]
 
 ROUNDING = ("exact", "down", "nearest")
 
@@ -69,32 +72,6 @@ def mig_profile(quota: float, gpu: GpuSpec, rounding: str = "exact", app: str = 
             )
         return max(fits, key=lambda p: p.compute_slices)
     return min(gpu.mig_profiles, key=lambda p: (abs(p.compute_slices - want), p.compute_slices))
-
-
-def place(profiles: list[MigProfile], slots: int) -> list[int] | None:
-    """Start slot of each instance in a valid placement, or None if none exists."""
-    order = sorted(range(len(profiles)), key=lambda i: -profiles[i].memory_slices)
-    starts = [0] * len(profiles)
-    used = [False] * slots
-
-    def fit(n: int) -> bool:
-        if n == len(order):
-            return True
-        i = order[n]
-        p = profiles[i]
-        for s in p.placements:
-            span = range(s, s + p.memory_slices)
-            if s + p.memory_slices <= slots and not any(used[j] for j in span):
-                for j in span:
-                    used[j] = True
-                starts[i] = s
-                if fit(n + 1):
-                    return True
-                for j in span:
-                    used[j] = False
-        return False
-
-    return starts if fit(0) else None
 
 
 def mig_slice_gpu(gpu: GpuSpec, profile: MigProfile) -> GpuSpec:
