@@ -50,7 +50,7 @@ def app_states(cfg: RunConfig, profiles: list[Profile]) -> list[AppState]:
     for i, (spec, profile) in enumerate(zip(cfg.apps, profiles)):
         seen[profile.app] = seen.get(profile.app, 0) + 1
         name = profile.app if seen[profile.app] == 1 else f"{profile.app}#{seen[profile.app]}"
-        state = AppState(i, name, profile, spec.quota)
+        state = AppState(i, name, profile, spec.quota, priority=spec.priority)
         state.slo = resolve_slo(spec.slo, state.iso_latency, f"apps[{i}].slo")
         states.append(state)
     return states
@@ -93,7 +93,7 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
     parts = []
     for i, (app, load) in enumerate(zip(apps, loads)):
         own_gpu = policy.app_gpu(app, gpu)
-        alone = AppState(0, app.name, app.profile, app.quota, slo=app.slo)
+        alone = AppState(0, app.name, app.profile, app.quota, slo=app.slo, priority=app.priority)
         backend = make_backend(cfg, own_gpu, seed_offset=i)
         runtime = Replay(
             backend,
