@@ -208,8 +208,13 @@ class BlessPolicy(Policy):
 
     def deadline(self, request: Request) -> float:
         """The request's deadline: its finish in the ISO run of the same arrivals
-        (``max(arrival, the app's previous one) + T[quota]``), or ``arrival + SLO`` if earlier."""
+        (``max(arrival, the app's previous one) + T[quota]``), or ``arrival + SLO`` if earlier.
+
+        A best-effort app's requests have none (inf): deadline pacing runs them only
+        while no latency-critical request is active, beside what is already queued."""
         d = self._deadline.get(request.rid)
+        if d is None and request.app.best_effort:
+            d = self._deadline[request.rid] = math.inf
         if d is None:
             app = request.app
             finish = max(request.arrival, self._iso_finish.get(app.index, -math.inf)) + app.iso_latency
