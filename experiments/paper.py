@@ -732,7 +732,9 @@ def main(argv: list[str] | None = None) -> int:
             print(md)
             continue
         if name not in EXPERIMENTS:
-            p.error(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}, fig17, priority, headline, all")
+            p.error(
+                f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}, fig17, priority, headline, all"
+            )
         if args.rerun or not (RESULTS / name / "runs.csv").exists():
             run_sweep(name, args.jobs)
         md = EXPERIMENTS[name]()

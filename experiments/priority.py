@@ -57,7 +57,9 @@ def configs(spec: dict) -> tuple[list[dict], list[dict]]:
     q_lc, q_be = spec["quotas"]
     pairs, solos = [], []
     for lc in spec["inference"]:
-        solos.append({**common, "name": lc, "policy": "unbound", "apps": [{"app": lc, "quota": 1, "load": lc_load[lc]}]})
+        solos.append(
+            {**common, "name": lc, "policy": "unbound", "apps": [{"app": lc, "quota": 1, "load": lc_load[lc]}]}
+        )
     for be in spec["training"]:
         solos.append({**common, "name": be, "policy": "unbound", "apps": [{"app": be, "quota": 1, "load": be_load}]})
     for lc in spec["inference"]:
@@ -138,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     with (args.out / "runs.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, keys)
         w.writeheader()
-        w.writerows({k: (round(v, 6) if isinstance(v, float) and math.isfinite(v) else v) for k, v in r.items()} for r in rows)
+        w.writerows(
+            {k: (round(v, 6) if isinstance(v, float) and math.isfinite(v) else v) for k, v in r.items()} for r in rows
+        )
     (args.out / "solo.json").write_text(json.dumps(solo, indent=1, sort_keys=True) + "\n")
     (args.out / "table.md").write_text(md + "\n")
     print(md)

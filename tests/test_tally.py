@@ -175,7 +175,12 @@ def test_tally_keeps_the_latency_critical_app_near_its_solo_latency():
         "warmup": 0.2,
         "apps": [
             {"app": "resnet50", "quota": 0.5, "load": {"type": "poisson", "rate": 30}},
-            {"app": "resnet50_train", "quota": 0.5, "load": {"type": "closed", "interval": 0}, "priority": "best-effort"},
+            {
+                "app": "resnet50_train",
+                "quota": 0.5,
+                "load": {"type": "closed", "interval": 0},
+                "priority": "best-effort",
+            },
         ],
     }
     result = run_config(config_from_dict(cfg))

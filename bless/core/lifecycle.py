@@ -122,7 +122,9 @@ class AppState:
         if self.slo is not None and self.slo <= 0:
             raise ValueError(f"slo of app {self.name!r} must be a positive number of seconds, got {self.slo}")
         if self.priority not in PRIORITIES:
-            raise ValueError(f"priority of app {self.name!r} must be one of {', '.join(PRIORITIES)}, got {self.priority!r}")
+            raise ValueError(
+                f"priority of app {self.name!r} must be one of {', '.join(PRIORITIES)}, got {self.priority!r}"
+            )
         self.set_quota(self.quota)
 
     def set_quota(self, quota: float) -> None:

@@ -181,7 +181,9 @@ def config_from_dict(raw: Any) -> RunConfig:
             parse_seconds(slo, f"{where}.slo")
         priority = a.get("priority", LATENCY_CRITICAL)
         if priority not in PRIORITIES:
-            raise ConfigError(f"{where}.priority: expected {' or '.join(PRIORITIES)} (or leave it out), got {priority!r}")
+            raise ConfigError(
+                f"{where}.priority: expected {' or '.join(PRIORITIES)} (or leave it out), got {priority!r}"
+            )
         apps.append(AppSpec(a["app"], quota, a["load"], slo, priority))
     total = sum(a.quota for a in apps)
     if total > 1 + 1e-9:

@@ -118,14 +118,20 @@ def choose_transform(shape: KernelShape, costs: TallyCosts, bound: float) -> Ker
     wave = shape.solo / waves
     # (yield latency, seconds added to the kernel, transformation)
     options = [
-        (wave + costs.flag_check, waves * costs.flag_check, KernelTransform("preempt", waves, costs.flag_check, costs.resume))
+        (
+            wave + costs.flag_check,
+            waves * costs.flag_check,
+            KernelTransform("preempt", waves, costs.flag_check, costs.resume),
+        )
     ]
     for per_slice in range(1, waves):  # waves of blocks per slice; one slice is the kernel as is
         k = math.ceil(shape.blocks / (per_slice * shape.per_wave))
         if k < 2:
             continue
         slice_time = math.ceil(math.ceil(shape.blocks / k) / shape.per_wave) * wave + costs.slice_launch
-        options.append((slice_time, k * slice_time - shape.solo, KernelTransform("slice", k, slice_time - shape.solo / k)))
+        options.append(
+            (slice_time, k * slice_time - shape.solo, KernelTransform("slice", k, slice_time - shape.solo / k))
+        )
     within = [o for o in options if o[0] <= bound]
     if within:
         return min(within, key=lambda o: (o[1], o[0]))[2]
@@ -150,7 +156,9 @@ class TallyPolicy(Policy):
 
     def __init__(self, wait_bound: float | None = None) -> None:
         if wait_bound is not None and not (isinstance(wait_bound, (int, float)) and wait_bound > 0):
-            raise ValueError(f"wait_bound must be a positive number of seconds (default: the GPU's), got {wait_bound!r}")
+            raise ValueError(
+                f"wait_bound must be a positive number of seconds (default: the GPU's), got {wait_bound!r}"
+            )
         self.wait_bound = wait_bound
         self._plans: dict[int, tuple[KernelTransform, ...]] = {}
         """Per best-effort app index: its kernels' transformations."""
