@@ -7,7 +7,8 @@
 Each experiment is a sweep file ``experiments/<name>.yaml`` (run with
 ``bless sweep``; results under ``experiments/results/<name>/``) plus a table
 (``table.md``) and a figure (``<name>.png``) made here from ``runs.csv``.
-Fig. 17 is its own script (``fig17_squad_duration.py``).  Every run is
+Fig. 17 is its own script (``fig17_squad_duration.py``), and so is the
+priority experiment (``priority.py``).  Every run is
 deterministic for its seed, so re-running reproduces the tables exactly
 (wall-time columns aside).
 """
@@ -709,12 +710,17 @@ def run_sweep(name: str, jobs: int | None) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("names", nargs="+", help=f"experiments: {', '.join(EXPERIMENTS)}, fig17, headline, or all")
+    p.add_argument("names", nargs="+", help=f"experiments: {', '.join(EXPERIMENTS)}, fig17, priority, headline, or all")
     p.add_argument("--rerun", action="store_true", help="run the sweeps even if results exist")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
     args = p.parse_args(argv)
-    names = [*EXPERIMENTS, "fig17", "headline"] if args.names == ["all"] else args.names
+    names = [*EXPERIMENTS, "fig17", "priority", "headline"] if args.names == ["all"] else args.names
     for name in names:
+        if name == "priority":  # its own script: each pair's apps also run alone (experiments/priority.py)
+            if args.rerun or not (RESULTS / "priority" / "table.md").exists():
+                subprocess.run([sys.executable, str(HERE / "priority.py")], check=True)
+            print((RESULTS / "priority" / "table.md").read_text())
+            continue
         if name == "fig17":
             if args.rerun or not (RESULTS / "fig17" / "table.md").exists():
                 subprocess.run([sys.executable, str(HERE / "fig17_squad_duration.py")], check=True)
@@ -726,7 +732,9 @@ def main(argv: list[str] | None = None) -> int:
             print(md)
             continue
         if name not in EXPERIMENTS:
-            p.error(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}, fig17, headline, all")
+            p.error(
+                f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}, fig17, priority, headline, all"
+            )
         if args.rerun or not (RESULTS / name / "runs.csv").exists():
             run_sweep(name, args.jobs)
         md = EXPERIMENTS[name]()

@@ -58,6 +58,42 @@ class HostCosts:
         return gpu_constants(name).build("host", cls)
 
 
+TRANSFORMS = ("none", "slice", "preempt")
+"""How a best-effort kernel can be made to give the GPU back (Tally, ASPLOS'25, §4)."""
+
+
+@dataclass(frozen=True)
+class KernelTransform:
+    """How one best-effort kernel is launched so that it yields the GPU quickly.
+
+    Tally (Zhao et al., "Tally: Non-Intrusive Performance Isolation for
+    Concurrent Deep Learning Workloads", ASPLOS'25) transforms best-effort
+    kernels: *slicing* launches a kernel's blocks as several smaller kernels,
+    *preemption* runs them as persistent thread blocks that check a flag
+    between blocks.  Either way the kernel can stop only at ``chunks`` points
+    (after each slice, after each wave of blocks); a kernel asked to yield
+    finishes its current chunk first, which is the wait a latency-critical
+    kernel sees.
+    """
+
+    mechanism: str
+    """``none`` (launched as is), ``slice`` or ``preempt``."""
+    chunks: int
+    """Points where it can yield, evenly spaced in its work: slices, or block waves."""
+    chunk_cost: float = 0.0
+    """Seconds each chunk adds to the kernel alone (a slice's launch and tail, a wave's flag checks)."""
+    resume_cost: float = 0.0
+    """Seconds before a yielded kernel runs again once it may (a persistent kernel's relaunch)."""
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in TRANSFORMS:
+            raise ValueError(f"mechanism must be one of {', '.join(TRANSFORMS)}, got {self.mechanism!r}")
+        if self.chunks < 1 or (self.mechanism == "none" and self.chunks != 1):
+            raise ValueError(f"chunks must be >= 1 (exactly 1 for 'none'), got {self.chunks}")
+        if not (self.chunk_cost >= 0 and self.resume_cost >= 0):
+            raise ValueError(f"chunk_cost and resume_cost must be >= 0 s, got {self.chunk_cost}, {self.resume_cost}")
+
+
 @dataclass(frozen=True, eq=False)
 class AppHandle:
     """A deployed app: its profile plus whatever the backend loaded for it."""
@@ -168,6 +204,19 @@ class Backend(ABC):
 
     def wake(self) -> None:
         """Interrupt a :meth:`wait` from another thread (new work arrived)."""
+
+    def create_best_effort_context(self, app: AppHandle, transforms: Sequence[KernelTransform]) -> Any:
+        """An unrestricted context whose kernels run *best-effort* (Tally's scheduling).
+
+        Its kernels start only while no kernel of an ordinary context is running
+        or ready, one best-effort kernel at a time; kernel ``k`` of ``app`` runs
+        as ``transforms[k]`` says and yields at its next chunk when an ordinary
+        kernel becomes ready.  Only a backend that can transform kernels does
+        this; the default says so rather than pretend."""
+        raise BackendError(
+            f"{self.describe()} cannot run best-effort contexts (Tally's kernel slicing and preemption); "
+            f"the simulated GPU (backend sim) can"
+        )
 
     def context_bytes(self, mechanism: str) -> int:
         """Device memory one context restricted by ``mechanism`` costs on this backend

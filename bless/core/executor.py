@@ -47,7 +47,12 @@ class Executor:
         self.manager = KernelManager(backend)
         policy.setup(apps, backend.gpu)
         for app in apps:
-            self.manager.deploy(app, policy.context_limits(app, backend.gpu), policy.shared_partition(app))
+            self.manager.deploy(
+                app,
+                policy.context_limits(app, backend.gpu),
+                policy.shared_partition(app),
+                policy.best_effort(app, backend.gpu),
+            )
         self.squads: list[tuple[float, float, bool]] = []
         """Per squad: device duration, the determiner's estimate, restricted or not."""
         self.launched: set[Request] = set()
@@ -70,7 +75,11 @@ class Executor:
         apps = [*self.apps, app]
         self._ahead = None
         self.policy.setup(apps, self.backend.gpu)
-        self.manager.deploy(app, self.policy.context_limits(app, self.backend.gpu), self.policy.shared_partition(app))
+        gpu = self.backend.gpu
+        policy = self.policy
+        self.manager.deploy(
+            app, policy.context_limits(app, gpu), policy.shared_partition(app), policy.best_effort(app, gpu)
+        )
         self.apps.append(app)
 
     def remove_app(self, app: AppState) -> list[Request]:

@@ -19,6 +19,13 @@ import numpy as np
 
 from bless.profiles.format import Profile
 
+LATENCY_CRITICAL = "latency-critical"
+BEST_EFFORT = "best-effort"
+PRIORITIES = (LATENCY_CRITICAL, BEST_EFFORT)
+"""An app's priority class.  Latency-critical (the default, what every app was before
+classes existed) is owed its latency target; best-effort apps take what the
+latency-critical ones leave, under the policies that read the class (tally, bless)."""
+
 
 class RequestState(Enum):
     """Where a request is in its life."""
@@ -100,6 +107,8 @@ class AppState:
     """Share of the GPU's SMs promised to this app, in (0, 1]."""
     slo: float | None = None
     """Latency target in seconds; None means the ISO latency T[quota]."""
+    priority: str = LATENCY_CRITICAL
+    """Its priority class, one of :data:`PRIORITIES`."""
     queue: deque[Request] = field(default_factory=deque)
     active: Request | None = None
     handle: Any = None
@@ -112,6 +121,10 @@ class AppState:
     def __post_init__(self) -> None:
         if self.slo is not None and self.slo <= 0:
             raise ValueError(f"slo of app {self.name!r} must be a positive number of seconds, got {self.slo}")
+        if self.priority not in PRIORITIES:
+            raise ValueError(
+                f"priority of app {self.name!r} must be one of {', '.join(PRIORITIES)}, got {self.priority!r}"
+            )
         self.set_quota(self.quota)
 
     def set_quota(self, quota: float) -> None:
@@ -123,6 +136,10 @@ class AppState:
         t = self.profile.t_at_sms(n)
         self.prefix = np.concatenate(([0.0], np.cumsum(t)))
         self.iso_latency = self.profile.latency_at_sms(n)
+
+    @property
+    def best_effort(self) -> bool:
+        return self.priority == BEST_EFFORT
 
     @property
     def target(self) -> float:

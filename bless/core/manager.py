@@ -12,9 +12,10 @@ talks to the :class:`~bless.backend.interface.Backend` interface only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from bless.backend.interface import Backend
+from bless.backend.interface import Backend, KernelTransform
 from bless.core.lifecycle import AppState
 from bless.core.policy import Decision
 
@@ -27,12 +28,22 @@ class KernelManager:
         self._streams: dict[tuple[int, int | None], Any] = {}
         self.kernels_launched = 0
 
-    def deploy(self, app: AppState, sm_limits: list[int | None], shared: str | None = None) -> None:
+    def deploy(
+        self,
+        app: AppState,
+        sm_limits: list[int | None],
+        shared: str | None = None,
+        best_effort: Sequence[KernelTransform] | None = None,
+    ) -> None:
         """Deploy ``app`` and pre-create its contexts (unrestricted always included); ``shared``
-        names the partition its restricted contexts share with other apps."""
+        names the partition its restricted contexts share with other apps; ``best_effort``
+        (one transform per kernel) makes its unrestricted context best-effort (Tally)."""
         app.handle = self.backend.deploy(app.profile)
         for limit in dict.fromkeys([None, *sm_limits]):
-            ctx = self.backend.create_context(app.handle, limit, shared=None if limit is None else shared)
+            if limit is None and best_effort is not None:
+                ctx = self.backend.create_best_effort_context(app.handle, best_effort)
+            else:
+                ctx = self.backend.create_context(app.handle, limit, shared=None if limit is None else shared)
             self._streams[(app.index, limit)] = self.backend.create_stream(ctx)
 
     def undeploy(self, app: AppState) -> None:

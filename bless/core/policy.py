@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from bless.backend.interface import KernelTransform
 from bless.core.lifecycle import AppState, Request
 from bless.hw.gpus import GpuSpec
 from bless.registry import Registry
@@ -100,6 +101,11 @@ class Policy(ABC):
         """Name of the SM partition ``app``'s restricted contexts share with other apps (None: their own)."""
         return None
 
+    def best_effort(self, app: AppState, gpu: GpuSpec) -> tuple[KernelTransform, ...] | None:
+        """None: ``app`` runs as usual; else it runs best-effort, each kernel transformed as given
+        (Tally: its kernels yield to every other app's; the backend must support it)."""
+        return None
+
     @abstractmethod
     def step(self, now: float, apps: list[AppState]) -> Decision | None:
         """Decide what to launch now; None or an empty decision: nothing."""
@@ -137,6 +143,7 @@ POLICIES.register_lazy("gslice", "bless.policies.gslice:GslicePolicy")
 POLICIES.register_lazy("reef", "bless.policies.reef:ReefPolicy")
 POLICIES.register_lazy("zico", "bless.policies.zico:ZicoPolicy")
 POLICIES.register_lazy("migmps", "bless.policies.migmps.policy:MigMpsPolicy")
+POLICIES.register_lazy("tally", "bless.policies.tally:TallyPolicy")
 
 
 def create_policy(name: str, **kwargs: Any) -> Policy:

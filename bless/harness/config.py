@@ -17,6 +17,7 @@ Example::
         quota: 50%        # 0.5, "50%" or "1/2"
         load: B           # A | B | C | poisson:RATE | {type: closed|poisson|trace, ...}
         slo: 2x           # optional: seconds, "25ms", or a multiple of the ISO latency
+        priority: best-effort   # optional: latency-critical (default) or best-effort
 
 Every field is checked; an error names the field (``apps[1].quota``) and what
 to write instead.
@@ -31,6 +32,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from bless.core.lifecycle import LATENCY_CRITICAL, PRIORITIES
 from bless.documents import load_document
 
 POLICY_SHORTHANDS = ("squad_size", "split_ratio", "determiner", "pacing")
@@ -60,6 +62,8 @@ class AppSpec:
     quota: float
     load: Any
     slo: str | float | None = None
+    priority: str = LATENCY_CRITICAL
+    """``latency-critical`` or ``best-effort`` (:data:`bless.core.lifecycle.PRIORITIES`)."""
 
 
 @dataclass(frozen=True)
@@ -162,9 +166,9 @@ def config_from_dict(raw: Any) -> RunConfig:
         where = f"apps[{i}]"
         if not isinstance(a, dict):
             raise ConfigError(f"{where}: expected a mapping with app, quota and load")
-        extra = sorted(set(a) - {"app", "quota", "load", "slo"})
+        extra = sorted(set(a) - {"app", "quota", "load", "slo", "priority"})
         if extra:
-            raise ConfigError(f"{where}.{extra[0]}: unknown key; use app, quota, load, slo")
+            raise ConfigError(f"{where}.{extra[0]}: unknown key; use app, quota, load, slo, priority")
         if not isinstance(a.get("app"), str) or not a["app"]:
             raise ConfigError(f"{where}.app: expected an app name or a profile path")
         if "quota" not in a:
@@ -175,7 +179,12 @@ def config_from_dict(raw: Any) -> RunConfig:
         slo = a.get("slo")
         if slo is not None and not (isinstance(slo, str) and slo.strip().lower().endswith("x")):
             parse_seconds(slo, f"{where}.slo")
-        apps.append(AppSpec(a["app"], quota, a["load"], slo))
+        priority = a.get("priority", LATENCY_CRITICAL)
+        if priority not in PRIORITIES:
+            raise ConfigError(
+                f"{where}.priority: expected {' or '.join(PRIORITIES)} (or leave it out), got {priority!r}"
+            )
+        apps.append(AppSpec(a["app"], quota, a["load"], slo, priority))
     total = sum(a.quota for a in apps)
     if total > 1 + 1e-9:
         raise ConfigError(f"apps[*].quota: quotas add up to {total:.0%} of the GPU; they must not exceed 100 %")

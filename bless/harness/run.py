@@ -50,7 +50,7 @@ def app_states(cfg: RunConfig, profiles: list[Profile]) -> list[AppState]:
     for i, (spec, profile) in enumerate(zip(cfg.apps, profiles)):
         seen[profile.app] = seen.get(profile.app, 0) + 1
         name = profile.app if seen[profile.app] == 1 else f"{profile.app}#{seen[profile.app]}"
-        state = AppState(i, name, profile, spec.quota)
+        state = AppState(i, name, profile, spec.quota, priority=spec.priority)
         state.slo = resolve_slo(spec.slo, state.iso_latency, f"apps[{i}].slo")
         states.append(state)
     return states
@@ -99,7 +99,8 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
         # a group's first app seeds it, so one app per group replays exactly as it always has
         first = group.apps[0]
         members = [
-            AppState(k, apps[i].name, apps[i].profile, apps[i].quota, slo=apps[i].slo) for k, i in enumerate(group.apps)
+            AppState(k, apps[i].name, apps[i].profile, apps[i].quota, slo=apps[i].slo, priority=apps[i].priority)
+            for k, i in enumerate(group.apps)
         ]
         backend = make_backend(cfg, group.gpu, seed_offset=first)
         runtime = Replay(

@@ -23,6 +23,7 @@ Sections (all required):
   mechanism (``GpuSpec.context_bytes``); on a real GPU the CUDA backend's
   measurement overrides it (``CudaBackend.context_bytes``);
 * ``[gslice]``: defaults of :class:`bless.policies.gslice.GslicePolicy`;
+* ``[tally]``: :class:`bless.policies.tally.TallyCosts` (kernel slicing and preemption);
 * ``[interference]``: constants of the DRAM interference model, any names.
 
 This module reads files only; each consumer turns its section into its own
@@ -45,7 +46,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-SECTIONS = ("host", "context_memory", "gslice", "interference")
+SECTIONS = ("host", "context_memory", "gslice", "tally", "interference")
 """Sections every GPU file has (in this order in the files)."""
 
 UNITS: dict[str, tuple[int, int]] = {
@@ -94,6 +95,8 @@ class GpuConstants:
     """Bytes of device memory one context costs, by SM restriction mechanism."""
     gslice: Mapping[str, float]
     """GSLICE's controller thresholds, by :class:`~bless.policies.gslice.GslicePolicy` parameter."""
+    tally: Mapping[str, float]
+    """Tally's transformation costs and wait bound, by :class:`~bless.policies.tally.TallyCosts` field."""
     interference: Mapping[str, float]
     """Interference-model constants, by name (open: new names need no code here)."""
     sources: Mapping[str, Sourced]
@@ -175,6 +178,7 @@ def load(path: Path) -> GpuConstants:
         host=frozen["host"],
         context_memory=MappingProxyType(memory),
         gslice=frozen["gslice"],
+        tally=frozen["tally"],
         interference=frozen["interference"],
         sources=MappingProxyType(sources),
     )

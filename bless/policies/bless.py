@@ -219,7 +219,10 @@ class BlessPolicy(Policy):
 
     def deadline(self, request: Request) -> float:
         """The request's deadline: its finish in the ISO run of the same arrivals
-        (``max(arrival, the app's previous one) + T[quota]``), or ``arrival + SLO`` if earlier."""
+        (``max(arrival, the app's previous one) + T[quota]``), or ``arrival + SLO`` if earlier.
+
+        A best-effort app's requests have none (inf): deadline pacing runs them only
+        while no latency-critical request is active, beside what is already queued."""
         return self._pacing_state(request).deadline
 
     def _pacing_state(self, request: Request) -> PacedRequest:
@@ -231,6 +234,8 @@ class BlessPolicy(Policy):
             finish = max(request.arrival, self._iso_finish.get(app.index, -math.inf)) + app.iso_latency
             self._iso_finish[app.index] = finish
             deadline = finish if app.slo is None else min(finish, request.arrival + app.slo)
+            if app.best_effort:
+                deadline = math.inf
             tab = self._pace_tables[id(app.profile)]
             stretch = self._stretch.get(app.index, 1.0)
             paced = self._paced[request.rid] = PacedRequest(request, deadline, tab, app.quota * tab.sm_count, stretch)

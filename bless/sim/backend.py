@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from bless.backend.interface import AppHandle, Backend, BackendError, HostCosts
+from bless.backend.interface import AppHandle, Backend, BackendError, HostCosts, KernelTransform
 from bless.backend.trace_events import Placement
 from bless.hw.gpus import GpuSpec, get_gpu
 from bless.hw.interference import InterferenceModel
@@ -82,6 +83,8 @@ class SimBackend(Backend):
         self._wake = threading.Event()
         self._faults: dict[tuple[int, int], tuple[int, str]] = {}
         """Armed faults: (deployment, kernel index) -> (launches left to fault, message)."""
+        self._transforms: dict[int, tuple[KernelTransform, ...]] = {}
+        """Per best-effort context (by id): how each kernel of its app is launched."""
 
     # ------------------------------------------------------------ apps
     def deploy(self, profile: Profile) -> AppHandle:
@@ -140,6 +143,21 @@ class SimBackend(Backend):
             self._held[id(app)] = self._held.get(id(app), 0) + cost
         return ctx
 
+    def create_best_effort_context(self, app: AppHandle, transforms: Sequence[KernelTransform]) -> Context:
+        """An unrestricted context whose kernels run best-effort, kernel ``k`` as ``transforms[k]``
+        (:mod:`bless.sim.engine`, "Best-effort contexts")."""
+        if len(transforms) != len(app.private.kernels):
+            raise ValueError(
+                f"app {app.name!r} has {len(app.private.kernels)} kernels; give one transform per kernel, "
+                f"got {len(transforms)}"
+            )
+        cost = self.gpu.context_bytes(self.mechanism)
+        self._allocate(cost, f"a context of app {app.name!r}")
+        self._held[id(app)] = self._held.get(id(app), 0) + cost
+        ctx = self.engine.create_context(None, f"{app.name}/best-effort", best_effort=True)
+        self._transforms[id(ctx)] = tuple(transforms)
+        return ctx
+
     def _green_set(self, slot: int, sms: int) -> int:
         """The SMs of a green context: the lowest ``sms`` for even deployment slots, the highest for odd.
 
@@ -180,6 +198,7 @@ class SimBackend(Backend):
         key = id(app)
         issue = max(self._cursor.get(key, 0.0), self.now()) + self.host.launch
         self._cursor[key] = issue
+        transforms = self._transforms.get(id(stream.context)) if self._transforms else None
         run = self.engine.launch(
             stream,
             app.private.kernels[kernel],
@@ -187,6 +206,7 @@ class SimBackend(Backend):
             after=after,
             tag=tag,
             on_done=self._on_notify if notify else None,
+            transform=None if transforms is None else transforms[kernel],
         )
         if after is not None and after.error is not None:
             run.error = after.error  # a fault poisons the kernels that depend on it

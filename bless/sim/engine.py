@@ -42,6 +42,16 @@ kernel progresses at a constant rate; rates are recomputed at every event:
   relative to that share (``u / share``) and a kernel alone that would need
   more than the share stretches to ``u / share`` of its time (bandwidth bound).
   At the default share of 1 nothing changes.
+* **Best-effort contexts** (Tally, Zhao et al., ASPLOS'25).  A context created
+  ``best_effort`` runs its kernels only while no kernel of an ordinary context
+  runs or is ready, and one at a time.  Each is launched transformed
+  (:class:`~bless.backend.interface.KernelTransform`): it can stop only at
+  ``chunks`` evenly spaced points of its work and each chunk adds
+  ``chunk_cost`` seconds.  When an ordinary kernel becomes ready the running
+  best-effort kernel goes on to its next chunk boundary, then gives up its SMs
+  and waits, ``resume_cost`` seconds after its turn comes back, to run the
+  rest.  An ordinary kernel that finds SMs free starts at once beside it.
+  Without best-effort contexts none of this runs.
 
 The engine knows nothing of apps, requests or policies; it executes
 operations and reports when each kernel started and ended.
@@ -54,6 +64,7 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
+from bless.backend.interface import KernelTransform
 from bless.hw.interference import InterferenceModel
 from bless.sim.kernels import SimKernel
 
@@ -86,13 +97,17 @@ class Context:
       those SMs; two contexts whose sets are disjoint never share an SM.
     """
 
-    __slots__ = ("cid", "label", "sm_limit", "sm_set")
+    __slots__ = ("best_effort", "cid", "label", "sm_limit", "sm_set")
 
-    def __init__(self, cid: int, sm_limit: int | None, label: str = "", sm_set: int | None = None) -> None:
+    def __init__(
+        self, cid: int, sm_limit: int | None, label: str = "", sm_set: int | None = None, best_effort: bool = False
+    ) -> None:
         self.cid = cid
         self.sm_limit = sm_limit
         self.sm_set = sm_set
         self.label = label
+        self.best_effort = best_effort
+        """Its kernels run best-effort (see the module docstring)."""
 
     def __repr__(self) -> str:
         lim = "all" if self.sm_limit is None else self.sm_limit
@@ -114,14 +129,20 @@ class KernelRun:
         "mask",
         "noise",
         "on_done",
+        "overhead",
         "rate",
+        "ready",
         "remaining",
+        "resume_at",
         "seq",
         "sms",
         "solo",
         "start",
+        "stop",
         "stream",
         "tag",
+        "transform",
+        "yields",
     )
 
     def __init__(
@@ -134,6 +155,7 @@ class KernelRun:
         on_done,
         after: KernelRun | None,
         gap: float,
+        transform: KernelTransform | None = None,
     ) -> None:
         self.kernel = kernel
         self.stream = stream
@@ -160,6 +182,18 @@ class KernelRun:
         self.on_done = on_done
         self.error: str | None = None
         """Set when the kernel faulted (the engine still runs it; see SimBackend.inject_fault)."""
+        self.ready: float | None = None
+        """When it could first start (issued, its stream free, ``after`` ended); set when it starts."""
+        self.transform = transform
+        """How it yields, in a best-effort context (None: it never does)."""
+        self.overhead = 0.0 if transform is None else transform.chunks * transform.chunk_cost
+        """Seconds its transformation adds to it alone (every chunk's cost)."""
+        self.stop = 0.0
+        """``remaining`` at which it stops: 0 runs to the end, more yields at that chunk boundary."""
+        self.resume_at = math.inf
+        """A yielded kernel whose turn came back: when it may run again (inf: not yet)."""
+        self.yields = 0
+        """How often it gave the GPU back."""
 
     @property
     def duration(self) -> float:
@@ -227,11 +261,22 @@ class Engine:
         self._halt = False
         self._stale = False
         """Kernels ended since the SMs were last given out (re-allocated before time moves)."""
+        self._best_effort = False
+        """True once a best-effort context exists: kernel starts are then gated."""
+        self._be_running: KernelRun | None = None
+        """The best-effort kernel on the device (at most one)."""
         self.stats = EngineStats()
 
     # ------------------------------------------------------------ setup
-    def create_context(self, sm_limit: int | None, label: str = "", *, sm_set: int | None = None) -> Context:
-        """A context capped at ``sm_limit`` SMs (None: all), or bound to the SMs of ``sm_set``."""
+    def create_context(
+        self, sm_limit: int | None, label: str = "", *, sm_set: int | None = None, best_effort: bool = False
+    ) -> Context:
+        """A context capped at ``sm_limit`` SMs (None: all), or bound to the SMs of ``sm_set``;
+        ``best_effort``: an unrestricted context whose kernels run best-effort."""
+        if best_effort:
+            if sm_limit is not None or sm_set is not None:
+                raise ValueError("a best-effort context is unrestricted: give no sm_limit or sm_set")
+            self._best_effort = True
         if sm_set is not None:
             if not 0 < sm_set <= self._all_mask:
                 raise ValueError(f"sm_set must be a non-empty set of SMs 0..{self.sm_count - 1}")
@@ -243,7 +288,7 @@ class Engine:
         if sm_limit is not None and not 1 <= sm_limit <= self.sm_count:
             raise ValueError(f"sm_limit must be in 1..{self.sm_count} or None, got {sm_limit}")
         self._contexts += 1
-        return Context(self._contexts, sm_limit, label, sm_set)
+        return Context(self._contexts, sm_limit, label, sm_set, best_effort)
 
     def create_stream(self, context: Context) -> Stream:
         s = Stream(len(self.streams), context, self)
@@ -260,18 +305,22 @@ class Engine:
         after: KernelRun | None = None,
         tag=None,
         on_done=None,
+        transform: KernelTransform | None = None,
     ) -> KernelRun:
         """Enqueue a kernel: it starts once issued, its stream is free and ``after`` ended.
 
         ``after`` orders kernels across streams (a request moving between
         contexts); when it ran in another context the kernel also waits the
         context-switch time, as the host switches the launching context.
+        ``transform``: how it yields, in a best-effort context only.
         """
+        if transform is not None and not stream.context.best_effort:
+            raise ValueError(f"kernel {kernel.name!r}: only a best-effort context's kernels are transformed")
         noise = self._rng.lognormvariate(0.0, self.noise_sigma) if self.noise_sigma > 0 else 1.0
         gap = 0.0
         if after is not None and after.stream is not stream:
             gap = self.event_latency if after.stream.context is stream.context else self.context_switch
-        run = KernelRun(kernel, stream, issue_time, tag, noise, on_done, after, gap)
+        run = KernelRun(kernel, stream, issue_time, tag, noise, on_done, after, gap, transform)
         stream.ops.append(run)
         self._pending[stream.sid] = stream
         return run
@@ -317,7 +366,7 @@ class Engine:
         now = self.now
         for r in self.running:
             if r.rate > 0.0:
-                t = now + r.remaining / r.rate
+                t = now + (r.remaining - r.stop) / r.rate
                 if t < next_end:
                     next_end = t
         if next_end <= next_start:
@@ -335,12 +384,17 @@ class Engine:
         started: list[KernelRun] = []
         nxt = math.inf
         idle_streams = []
+        gated = self._best_effort
+        waiting: list[Stream] = []  # best-effort streams with a kernel to run
         for s in self._pending.values():
             if s.busy:
                 continue
             ops = s.ops
             if not ops:
                 idle_streams.append(s.sid)
+                continue
+            if gated and s.context.best_effort:
+                waiting.append(s)
                 continue
             r = ops[0]
             t = r.issue_time if r.issue_time > s.ready_at else s.ready_at
@@ -357,9 +411,12 @@ class Engine:
                 continue
             ops.popleft()
             s.busy = True
+            r.ready = t
             started.append(r)
         for sid in idle_streams:
             del self._pending[sid]
+        if gated:
+            nxt = min(nxt, self._best_effort_turn(waiting, started, limit))
         if started:
             if len(started) > 1:
                 started.sort(key=lambda r: (r.issue_time, r.stream.sid))
@@ -369,6 +426,56 @@ class Engine:
                 self.running.append(r)
             self._allocate()
         return nxt
+
+    def _best_effort_turn(self, waiting: list[Stream], started: list[KernelRun], limit: float) -> float:
+        """Tally's gate: yield the best-effort kernel to ordinary work, or start one if none is about.
+
+        Returns when a best-effort kernel may next start (inf: not before an ordinary kernel ends).
+        """
+        ordinary = bool(started) or any(not r.stream.context.best_effort for r in self.running)
+        be = self._be_running
+        if ordinary:
+            if be is not None and be.stop == 0.0 and be.transform is not None:
+                chunks = be.transform.chunks
+                # The next chunk boundary below its remaining work (0: its last chunk, it just ends).
+                be.stop = max(math.ceil(be.remaining * chunks - 1e-9) - 1, 0) / chunks
+            for s in waiting:
+                s.ops[0].resume_at = math.inf  # a yielded kernel's turn is not back yet
+            return math.inf
+        if be is not None or not waiting:
+            return math.inf
+        nxt = math.inf
+        best: tuple[float, int, Stream] | None = None
+        for s in waiting:
+            r = s.ops[0]
+            t = r.issue_time if r.issue_time > s.ready_at else s.ready_at
+            dep = r.after
+            if dep is not None:
+                if dep.end is None:
+                    continue
+                t = max(t, dep.end + r.gap)
+            if r.yields:
+                if r.resume_at == math.inf:
+                    r.resume_at = self.now + (r.transform.resume_cost if r.transform is not None else 0.0)
+                t = max(t, r.resume_at)
+            if t > limit:
+                nxt = min(nxt, t)
+            elif best is None or (r.issue_time, s.sid) < best[:2]:
+                best = (r.issue_time, s.sid, s)
+        if best is None:
+            return nxt
+        s = best[2]
+        r = s.ops.popleft()
+        s.busy = True
+        if r.ready is None:
+            r.ready = self.now
+        r.resume_at = math.inf
+        self._seq += 1
+        r.seq = self._seq
+        self.running.append(r)
+        self._be_running = r
+        self._allocate()
+        return math.inf
 
     def _allocate(self) -> None:
         """Give SMs in launch order, then set each kernel's progress rate.
@@ -448,7 +555,7 @@ class Engine:
                 continue
             u = r.demand / share
             w = u if u < 1.0 else 1.0
-            r.rate = 1.0 / (r.solo * r.noise * (1.0 + w * over) * (1.0 + c_bw * (demand - u)))
+            r.rate = 1.0 / (r.solo * r.noise * (1.0 + w * over) * (1.0 + c_bw * (demand - u)) + r.overhead)
 
     def _advance(self, t: float) -> None:
         dt = t - self.now
@@ -466,16 +573,18 @@ class Engine:
         still = []
         finished = []
         for r in self.running:
-            if r.rate > 0.0 and r.remaining <= r.rate * 1e-12:
+            if r.rate > 0.0 and r.remaining - r.stop <= r.rate * 1e-12:
                 finished.append(r)
             else:
                 still.append(r)
         if not finished:
             # Float rounding left a sliver of work: finish the closest kernel.
-            r = min((r for r in self.running if r.rate > 0.0), key=lambda r: r.remaining / r.rate)
+            r = min((r for r in self.running if r.rate > 0.0), key=lambda r: (r.remaining - r.stop) / r.rate)
             still.remove(r)
             finished.append(r)
         self.running = still
+        if self._best_effort:
+            finished = self._yield_stopped(finished)
         for r in finished:
             r.end = now
             r.remaining = 0.0
@@ -486,8 +595,29 @@ class Engine:
             if s.ops:
                 self._pending[s.sid] = s
             self.stats.kernels_done += 1
+            if r is self._be_running:
+                self._be_running = None
             if r.on_done is not None:
                 r.on_done(r)
         # The SMs are given out again before time next moves (:meth:`_next_event`), once
         # for this end and whatever starts in its place.
         self._stale = True
+
+    def _yield_stopped(self, stopped: list[KernelRun]) -> list[KernelRun]:
+        """Put best-effort kernels that reached the boundary they were asked to stop at back
+        at the head of their streams (their SMs free); return the kernels that really ended."""
+        ended = []
+        for r in stopped:
+            if r.stop <= 0.0:
+                ended.append(r)
+                continue
+            r.remaining, r.stop = r.stop, 0.0
+            r.sms = 0
+            r.rate = 0.0
+            r.yields += 1
+            s = r.stream
+            s.busy = False
+            s.ops.appendleft(r)
+            self._pending[s.sid] = s
+            self._be_running = None
+        return ended
