@@ -180,6 +180,11 @@ def test_reef_runs_the_realtime_app_unrestricted_and_best_effort_in_the_rest():
     assert limits[1] == {None}
     assert limits[0] == limits[2] == {108 - 54}
     assert ReefPolicy().describe()["realtime"] is None
+    # By default the real-time app is the latency-critical one, whatever its quota.
+    apps = [AppState(0, "big", profiles[0], 0.6, priority="best-effort"), AppState(1, "small", profiles[1], 0.3)]
+    default = ReefPolicy()
+    default.setup(apps, A100)
+    assert default.describe()["realtime"] == "small"
     with pytest.raises(ValueError, match="no app"):
         ReefPolicy(realtime="nope").setup([AppState(0, "a", profiles[0], 0.5)], A100)
 

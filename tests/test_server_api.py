@@ -150,6 +150,8 @@ def test_unknown_app_is_not_found_everywhere(server, admin):
         (dict(inputs=[("X", "FLOAT", [1])]), "inputs[0].datatype"),
         (dict(outputs=[("Y", "FP32", [0])]), "outputs[0].shape"),
         (dict(inputs=[]), "inputs"),
+        (dict(priority="urgent"), "priority"),
+        (dict(priority="best-effort", slo="25ms"), "slo"),
     ],
 )
 def test_bad_registrations_are_invalid_argument_naming_the_field(admin, kwargs, field):
@@ -208,7 +210,7 @@ def test_restart_keeps_apps_quotas_and_tensors(make_server, tmp_path):
     first = make_server()
     with BlessClient(first.address, token=first.token) as c:
         c.register("a", "quick", "30%", slo="2x", inputs=[("IMG", "UINT8", [3, 4])], outputs=[("CLS", "INT32", [1])])
-        c.register("b", "other", 0.5)
+        c.register("b", "other", 0.5, priority="best-effort")
         c.register("gone", "other", 0.1)
         c.set_quota("a", "40%")
         c.unregister("gone")
@@ -225,6 +227,8 @@ def test_restart_keeps_apps_quotas_and_tensors(make_server, tmp_path):
             2 * after["a"].iso_latency_seconds
         )
         assert c.infer("a").outputs["CLS"].dtype == np.int32
+        assert (after["a"].priority, after["b"].priority) == ("latency-critical", "best-effort")
+        assert c.infer("b").outputs  # a best-effort app is served when the GPU is free
 
 
 def test_set_quota_moves_the_iso_target(admin):

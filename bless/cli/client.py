@@ -63,6 +63,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--memory", type=int, default=0, help="device memory in bytes (default: the profile's)")
     r.add_argument("--slo", default="", help="latency target: 25ms, 0.025 or 2x (of the ISO latency)")
     r.add_argument(
+        "--priority",
+        choices=("latency-critical", "best-effort"),
+        default="",
+        help="priority class (default latency-critical); best-effort runs only in what the others leave",
+    )
+    r.add_argument(
         "--input",
         action="append",
         default=[],
@@ -260,6 +266,7 @@ def _register(c, args, console) -> int:
         inputs=_tensors(args.input, DEFAULT_INPUTS, "input"),
         outputs=_tensors(args.output, DEFAULT_OUTPUTS, "output"),
         dry_run=args.dry_run,
+        priority=args.priority,
     )
     if not r.admission.accepted:
         console.print(f"[red]rejected[/red]: {r.admission.reason}")

@@ -32,7 +32,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from bless.core.lifecycle import LATENCY_CRITICAL, PRIORITIES
+from bless.core.lifecycle import BEST_EFFORT, LATENCY_CRITICAL, PRIORITIES
 from bless.documents import load_document
 
 POLICY_SHORTHANDS = ("squad_size", "split_ratio", "determiner", "pacing")
@@ -183,6 +183,10 @@ def config_from_dict(raw: Any) -> RunConfig:
         if priority not in PRIORITIES:
             raise ConfigError(
                 f"{where}.priority: expected {' or '.join(PRIORITIES)} (or leave it out), got {priority!r}"
+            )
+        if priority == BEST_EFFORT and slo is not None:
+            raise ConfigError(
+                f"{where}.slo: a best-effort app has no latency target; drop the slo or make it latency-critical"
             )
         apps.append(AppSpec(a["app"], quota, a["load"], slo, priority))
     total = sum(a.quota for a in apps)

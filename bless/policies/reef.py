@@ -12,8 +12,8 @@ finds at least its quota's SMs free when it arrives -- the effect REEF gets
 from preempting BE kernels -- and it may take every SM the BE apps leave idle
 (REEF's dynamic kernel padding, seen from the other side).
 
-``realtime`` picks the RT app by index or name; by default the app with the
-largest quota (the first on ties).  Simplifies: no kernel preemption or
+``realtime`` picks the RT app by index or name; by default the latency-critical
+app with the largest quota (the first on ties; any app if all are best-effort).  Simplifies: no kernel preemption or
 reset (BE kernels are bounded instead), no per-kernel padding decisions.
 """
 
@@ -46,7 +46,8 @@ class ReefPolicy(Policy):
 
     def _pick(self, apps: list[AppState]) -> AppState:
         if self.realtime is None:
-            return max(apps, key=lambda a: (a.quota, -a.index))
+            critical = [a for a in apps if not a.best_effort] or apps
+            return max(critical, key=lambda a: (a.quota, -a.index))
         for a in apps:
             if (isinstance(self.realtime, int) and a.index == self.realtime) or a.name == self.realtime:
                 return a

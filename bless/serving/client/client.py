@@ -175,8 +175,10 @@ class BlessClient:
         inputs: Sequence[TensorTuple] = DEFAULT_INPUTS,
         outputs: Sequence[TensorTuple] = DEFAULT_OUTPUTS,
         dry_run: bool = False,
+        priority: str = "",
     ) -> Any:
-        """Register an app; returns the RegisterAppResponse (admission answer and AppInfo)."""
+        """Register an app; returns the RegisterAppResponse (admission answer and AppInfo).
+        ``priority``: "latency-critical" (empty: the default) or "best-effort"."""
         request = admin.RegisterAppRequest(
             name=name,
             profile=profile,
@@ -186,6 +188,7 @@ class BlessClient:
             inputs=_tensor_specs(inputs),
             outputs=_tensor_specs(outputs),
             dry_run=dry_run,
+            priority=priority,
         )
         self._metadata.pop(name, None)
         return self._call("RegisterApp", request)

@@ -86,6 +86,7 @@ class AdminService:
             outputs=[T(name=t.name, datatype=t.datatype, shape=t.shape) for t in spec.outputs],
             state="unregistering" if served.closing else "ready",
             max_queue=self.core.max_queue,
+            priority=state.priority,
         )
 
     def unavailable_info(self, app: UnavailableApp) -> Any:
@@ -120,6 +121,7 @@ class AdminService:
             _tensors(request.inputs),
             _tensors(request.outputs),
             self._min_quota,
+            request.priority,
         )
         profile = await asyncio.to_thread(load_profile_for, spec, self.core.gpu.name)
         admission, served = await asyncio.wrap_future(self.core.register(spec, profile, request.dry_run))

@@ -543,7 +543,7 @@ class ServingCore:
                 f"name: app {spec.name!r} is already registered; unregister it first or pick another name"
             )
         check_output_sizes(spec.inputs, spec.outputs, profile.batch, self.max_message_bytes)
-        state = AppState(next(self._indices), spec.name, profile, spec.quota)
+        state = AppState(next(self._indices), spec.name, profile, spec.quota, priority=spec.priority)
         state.slo = slo_seconds(spec.slo, state.iso_latency)
         admission = self._admission(state)
         if dry_run:

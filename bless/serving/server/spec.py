@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bless.core.lifecycle import BEST_EFFORT, LATENCY_CRITICAL, PRIORITIES
 from bless.harness.config import ConfigError, parse_quota, resolve_slo
 from bless.hw.gpus import GpuSpec
 from bless.profiles.catalog import load_app
@@ -34,6 +35,8 @@ class AppSpec:
     """As given ("" none, "25ms", "2x"); a multiple follows the ISO latency when the quota changes."""
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    priority: str = LATENCY_CRITICAL
+    """Its priority class (:data:`bless.core.lifecycle.PRIORITIES`)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -51,6 +54,7 @@ class AppSpec:
             slo=d["slo"],
             inputs=tuple(TensorSpec.from_dict(t) for t in d["inputs"]),
             outputs=tuple(TensorSpec.from_dict(t) for t in d["outputs"]),
+            priority=d.get("priority", LATENCY_CRITICAL),  # stores written before priorities had none
         )
 
     def with_quota(self, quota: float) -> AppSpec:
@@ -109,6 +113,7 @@ def parse_app_spec(
     inputs: list[tuple[str, str, list[int]]],
     outputs: list[tuple[str, str, list[int]]],
     min_quota: float = 0.0,
+    priority: str = "",
 ) -> AppSpec:
     """Validate a registration; every error names its field."""
     check_name(name)
@@ -118,8 +123,22 @@ def parse_app_spec(
         )
     q = quota_value(quota, minimum=min_quota)
     slo_seconds(slo, 1.0)  # syntax only; resolved against the ISO latency on deployment
+    priority = priority or LATENCY_CRITICAL
+    if priority not in PRIORITIES:
+        raise InvalidArgument(f"priority: expected one of {', '.join(PRIORITIES)} (or empty), got {priority!r}")
+    if priority == BEST_EFFORT and slo:
+        raise InvalidArgument(
+            "slo: a best-effort app has no latency target; drop the slo or register it latency-critical"
+        )
     return AppSpec(
-        name, profile, q, int(memory_bytes), slo, parse_specs(inputs, "inputs"), parse_specs(outputs, "outputs")
+        name,
+        profile,
+        q,
+        int(memory_bytes),
+        slo,
+        parse_specs(inputs, "inputs"),
+        parse_specs(outputs, "outputs"),
+        priority,
     )
 
 
