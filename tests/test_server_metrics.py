@@ -3,10 +3,13 @@ that go with their app, utilisation that reads idle when idle, end-to-end and
 serving-overhead histograms."""
 
 import re
+import shutil
+import subprocess
 import time
 import urllib.request
 
 import grpc
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server_helpers import admin, infer_future, make_server, profile_dir, server, wait_for  # noqa: F401  (fixtures)
@@ -117,6 +120,21 @@ def test_every_metric_passes_promtools_rules(server, admin):
     for name in ("bless_requests", "bless_request_duration_seconds", "bless_active_requests"):
         labels = {k for s in names[name].samples for k in s.labels}
         assert {"model", "version"} <= labels and "app" not in labels, name
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (.ci/run installs Debian's prometheus)")
+def test_promtool_check_metrics_passes(server, admin):
+    """Prometheus' own linter on the exposition after registrations, inferences and a failure."""
+    admin.register("a", "quick", "50%")
+    admin.register("b", "other", "20%", priority="best-effort")
+    admin.infer("a")
+    admin.infer("b")
+    with pytest.raises(grpc.RpcError):
+        admin.infer("a", inputs={"INPUT": np.zeros((1, 3), np.float32)})  # wrong shape: a counted failure
+    text = exposition(server)
+    assert 'reason="' in text
+    checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_the_lint_catches_what_promtool_does(server, monkeypatch):
