@@ -122,7 +122,9 @@ def test_every_metric_passes_promtools_rules(server, admin):
         assert {"model", "version"} <= labels and "app" not in labels, name
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (.ci/run installs Debian's prometheus)")
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool not installed (.ci/run installs Debian's prometheus)"
+)
 def test_promtool_check_metrics_passes(server, admin):
     """Prometheus' own linter on the exposition after registrations, inferences and a failure."""
     admin.register("a", "quick", "50%")
