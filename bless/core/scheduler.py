@@ -280,10 +280,12 @@ def build_deadline_squad(
     for p in live[1:]:
         tab = p.table
         k = p.request.scheduled
-        left = p.deadline - max(now, p.busy_until)
+        busy = p.busy_until
+        left = p.deadline - (busy if busy > now else now)
         q = p.quota_row
-        if tab.rest(q, k) * p.stretch + window <= left:
-            continue  # it can wait a window and still finish at its quota
+        line = tab.lines[q]
+        if (line[-1] - line[k]) * p.stretch + window <= left:
+            continue  # it can wait a window and still finish at its quota (the common case: inlined)
         need = next((row for row in range(q, tab.full + 1) if tab.rest(row, k) * p.stretch <= left), tab.full)
         urgent.append((p, q, need))
     # Where: each its quota first (the quotas fit the GPU), then more for those

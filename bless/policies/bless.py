@@ -177,7 +177,7 @@ class BlessPolicy(Policy):
         return [None, *dict.fromkeys(gpu.sms_for_level(n, self.mechanism) for n in levels)]
 
     def step(self, now: float, apps: list[AppState]) -> Decision | None:
-        active = [r for a in apps if (r := a.activate()) is not None]
+        active = [r for a in apps if (r := a.active or a.activate()) is not None]
         if not active:
             return None
         if self.pacing == "deadline":
