@@ -50,6 +50,7 @@ import math
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
@@ -85,6 +86,8 @@ class Cluster(Protocol):
 
     def unregister(self, name: str) -> int: ...
 
+    def set_quota(self, name: str, quota: str) -> dict[str, Any]: ...
+
     def health(self) -> dict[str, Any]: ...
 
 
@@ -112,6 +115,9 @@ class Routes:
         self.unplaced: dict[str, str] = {}
         """Models no GPU could take since theirs went down, and why."""
         self._channels: dict[str, grpc.aio.Channel] = {}
+        """By agent incarnation (its token)."""
+        self._closing: weakref.WeakSet[grpc.aio.Channel] = weakref.WeakSet()
+        """Channels of lost agents, closed under their in-flight calls."""
         self._lost: set[str] = set()
         """Agent incarnations (by their random admin token) found unreachable.  The controller may
         list one a while longer (a dying actor can still answer its ping), and a connection to a
@@ -137,7 +143,12 @@ class Routes:
             health = getattr(self.cluster, "health", None)
             unplaced = (await asyncio.to_thread(health)).get("unplaced", {}) if health is not None else {}
             self.models = {name: entry["gpu"] for name, entry in placements.items()}
-            self.endpoints = {g: e for g, e in endpoints.items() if e and e["token"] not in self._lost}
+            fresh = {g: e for g, e in endpoints.items() if e and e["token"] not in self._lost}
+            for gpu, old in self.endpoints.items():
+                if fresh.get(gpu, {}).get("token") != old["token"]:
+                    # the controller found this incarnation dead (or replaced): fail its calls now
+                    self._drop(old)
+            self.endpoints = fresh
             self.unplaced = {name: u.get("reason", "") for name, u in unplaced.items()}
             self._refreshed = started
 
@@ -168,10 +179,17 @@ class Routes:
         self.models = {}
         self._refreshed = -math.inf
         if endpoint is not None:
-            self._lost.add(endpoint["token"])
-            channel = self._channels.pop(endpoint["address"], None)
-            if channel is not None:
-                asyncio.get_running_loop().create_task(channel.close())
+            self._drop(endpoint)
+
+    def _drop(self, endpoint: dict[str, str]) -> None:
+        """Route no more to this agent incarnation, and close its channel: calls still in flight
+        on it are cancelled, which :meth:`forward` answers UNAVAILABLE (a call to a dying process
+        may otherwise wait for an answer that never comes, until the client's deadline)."""
+        self._lost.add(endpoint["token"])
+        channel = self._channels.pop(endpoint["token"], None)
+        if channel is not None:
+            self._closing.add(channel)
+            asyncio.get_running_loop().create_task(channel.close())
 
     async def gpus(self) -> list[str]:
         if not self.endpoints:
@@ -189,11 +207,11 @@ class Routes:
             ) from None
 
     async def channel(self, gpu: str) -> grpc.aio.Channel:
-        address = (await self.endpoint(gpu))["address"]
-        ch = self._channels.get(address)
+        endpoint = await self.endpoint(gpu)
+        ch = self._channels.get(endpoint["token"])  # by incarnation: a restarted agent may reuse a port
         if ch is None:
-            ch = self._channels[address] = grpc.aio.insecure_channel(
-                address,
+            ch = self._channels[endpoint["token"]] = grpc.aio.insecure_channel(
+                endpoint["address"],
                 options=[
                     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -205,9 +223,22 @@ class Routes:
         self, gpu: str, path: str, raw: bytes, timeout: float | None = None, metadata: tuple = ()
     ) -> bytes:
         """``raw`` to the agent of ``gpu`` as method ``path``; its raw answer (AgentError: its error)."""
-        call = (await self.channel(gpu)).unary_unary(path)  # no (de)serialisers: bytes both ways
+        channel = await self.channel(gpu)
+        call = channel.unary_unary(path)  # no (de)serialisers: bytes both ways
         try:
             return await call(raw, timeout=timeout, metadata=metadata or None)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if channel not in self._closing or (task is not None and task.cancelling()):
+                raise  # the client cancelled (or the front end stops): not an agent failure
+            # the channel was closed under the call because its agent was found unreachable: a
+            # cancelled call raises CancelledError here, which, let through, would leave the
+            # client without any status until its deadline
+            raise Unavailable(
+                f"the agent of {gpu} is unreachable (found dead during the call); its models are being "
+                f"re-placed: retry",
+                retry_after=RETRY_AFTER,
+            ) from None
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 self.models = {}  # the model may have moved or gone: read the placements again next time
@@ -412,7 +443,7 @@ class FrontAdmin:
             {
                 "RegisterApp": _decoded(admin.RegisterAppRequest, self.register_app),
                 "UnregisterApp": _decoded(admin.UnregisterAppRequest, self.unregister_app),
-                "SetQuota": self.to_app("SetQuota"),
+                "SetQuota": _decoded(admin.SetQuotaRequest, self.set_quota),
                 "InjectFault": self.to_app("InjectFault"),
                 "ResetStats": self.reset_stats,
                 "ListApps": self.list_apps,
@@ -469,6 +500,23 @@ class FrontAdmin:
         aborted = await asyncio.to_thread(self.cluster.unregister, request.name)
         self.routes.models.pop(request.name, None)
         return admin.UnregisterAppResponse(aborted_requests=aborted)
+
+    async def set_quota(self, request: Any, context: Any) -> Any:
+        """Through the controller, which checks the quota against the app's GPU and stores it
+        (so a re-placement or a restarted controller keeps it) before applying it there."""
+        await self._authorize(context, "SetQuota")
+        placed = await asyncio.to_thread(self.cluster.set_quota, request.name, request.quota)
+        response = admin.SetQuotaResponse()
+        gpu = placed.get("gpu")
+        if not gpu:  # waiting for a GPU: its stored registration is all there is
+            response.app.name = request.name
+            response.app.quota = float(placed["spec"]["quota"])
+            return response
+        self.routes.models[request.name] = gpu
+        info = await self._app_info(gpu, request.name)
+        if info is not None:
+            response.app.CopyFrom(info)
+        return response
 
     def to_app(self, method: str) -> RawHandler:
         """A mutating call about one app (field 1, ``name``): authorised here, forwarded to its agent."""
