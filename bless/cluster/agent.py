@@ -189,6 +189,11 @@ class GpuAgent:
         admission, _ = self.core.register(spec, profile).result(ANSWER_TIMEOUT)
         return {"accepted": admission.accepted, "reason": admission.reason, "warnings": list(admission.warnings)}
 
+    def set_quota(self, name: str, quota: float) -> dict[str, Any]:
+        """Give ``name`` a new quota (the controller checked and stored it; the serving core's
+        admission has the last word: FailedPrecondition); its registration after."""
+        return self.core.set_quota(name, quota).result(ANSWER_TIMEOUT).spec.to_dict()
+
     def unregister(self, name: str) -> int:
         """Remove the app; the number of its queued requests that were aborted."""
         return self.core.unregister(name).result(ANSWER_TIMEOUT)

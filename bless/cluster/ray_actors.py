@@ -161,6 +161,9 @@ class ControllerActor:
     def unregister(self, name: str) -> int:
         return self.controller.unregister(name)
 
+    def set_quota(self, name: str, quota: str) -> dict[str, Any]:
+        return self.controller.set_quota(name, quota)
+
     def infer(self, name: str, timeout: float | None = None) -> dict[str, Any]:
         return self.controller.infer(name, timeout)
 
@@ -412,6 +415,10 @@ class ClusterClient:
 
     def unregister(self, name: str) -> int:
         return call(self.controller, "unregister", name)
+
+    def set_quota(self, name: str, quota: str) -> dict[str, Any]:
+        """Change ``name``'s quota ("50%", "0.5"): checked against its GPU, stored, applied there."""
+        return call(self.controller, "set_quota", name, quota)
 
     def infer(self, name: str, timeout: float | None = None) -> dict[str, Any]:
         """One request through the controller: its timings and the GPU that ran it."""
