@@ -483,13 +483,24 @@ class Controller:
             return
         try:
             self.agents.call(gpu_id, "set_quota", name, quota)
-            log.warning("app %r on %s: stored quota %.0f%% applied (it ran %.0f%%)", name, gpu_id, quota * 100,
-                        float(running["quota"]) * 100)
+            log.warning(
+                "app %r on %s: stored quota %.0f%% applied (it ran %.0f%%)",
+                name,
+                gpu_id,
+                quota * 100,
+                float(running["quota"]) * 100,
+            )
         except AgentDown:
             raise
         except ServiceError as e:  # its admission refuses it now: the running quota is the truth
-            log.error("app %r on %s: stored quota %.0f%% refused (%s); keeping %.0f%%", name, gpu_id, quota * 100, e,
-                      float(running["quota"]) * 100)
+            log.error(
+                "app %r on %s: stored quota %.0f%% refused (%s); keeping %.0f%%",
+                name,
+                gpu_id,
+                quota * 100,
+                e,
+                float(running["quota"]) * 100,
+            )
             entry["spec"] = {**entry["spec"], "quota": float(running["quota"])}
 
     def check(self) -> dict[str, str]:
