@@ -39,8 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = csub.add_parser("up", help="start (or, with --address, join) a Ray cluster and the bless actors")
     common(up)
     up.add_argument("--gpus", type=int, required=True, help="GPUs: one agent each")
-    up.add_argument("--backend", default="sim", choices=("sim", "cuda"), help="sim only in this version")
-    up.add_argument("--gpu", default="a100", help="GPU model of the simulated GPUs")
+    up.add_argument(
+        "--backend",
+        default="sim",
+        choices=("sim", "cuda"),
+        help="sim: simulated GPUs (default); cuda: one real GPU per agent (Ray num_gpus=1; not yet tested on GPUs)",
+    )
+    up.add_argument("--gpu", default="a100", help="GPU model (of the simulated GPUs; with cuda: the nodes' model)")
     up.add_argument(
         "--policy", default="first-fit", choices=("first-fit", "best-fit-memory", "colocation"), help="placement policy"
     )
@@ -66,6 +71,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="file holding the front end's admin token (must be chmod 600); default: one generated into the state dir",
     )
     add_exposure_arguments(up)
+    up.add_argument(
+        "--agent-host",
+        default="127.0.0.1",
+        help="address the GPU agents listen on (default: loopback, the front end on the same node; "
+        "another node's front end needs 0.0.0.0 and --insecure: agents speak clear text)",
+    )
+    up.add_argument(
+        "--advertise-host",
+        default=None,
+        help="address the front end dials to reach an agent (default: --agent-host, or each node's IP "
+        "when that is 0.0.0.0)",
+    )
     up.set_defaults(func=run_up)
     st = csub.add_parser("status", help="per GPU: apps, quotas, memory, utilisation, latency against ISO")
     common(st)
@@ -96,18 +113,25 @@ def _address(args: argparse.Namespace) -> str:
 def run_up(args: argparse.Namespace) -> int:
     from bless.cluster import ray_actors as ra
 
-    if args.backend != "sim":
-        raise UserError("--backend cuda: this version of bless cluster runs simulated GPUs only (--backend sim)")
     if args.gpus < 1:
         raise UserError(f"--gpus: at least 1, got {args.gpus}")
     state_dir = _state_dir(args)
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     front_config = _front_config(args, state_dir)  # bad flags: an error before Ray starts
     local = args.address is None
-    ray = ra.connect(args.address, **({"resources": {ra.SIM_RESOURCE: args.gpus}} if local else {}))
+    reach = ra.AgentReach(args.agent_host, args.advertise_host, bool(args.insecure))
+    ra.agent_config("gpu-0", state_dir, gpu=args.gpu, backend=args.backend, warm_up=False, reach=reach)  # checks
+    simulated = local and args.backend == "sim"
+    ray = ra.connect(args.address, **({"resources": {ra.SIM_RESOURCE: args.gpus}} if simulated else {}))
     address = ray.get_runtime_context().gcs_address
     ra.start_cluster(
-        args.gpus, state_dir, gpu=args.gpu, backend=args.backend, policy=args.policy, kace_model=args.kace_model
+        args.gpus,
+        state_dir,
+        gpu=args.gpu,
+        backend=args.backend,
+        policy=args.policy,
+        kace_model=args.kace_model,
+        reach=reach,
     )
     front = None
     if front_config is not None:
@@ -124,7 +148,8 @@ def run_up(args: argparse.Namespace) -> int:
     record = state_dir / ADDRESS_FILE
     record.write_text(json.dumps({"address": address, "gpus": args.gpus, "pid": os.getpid(), "local": local}))
     print(
-        f"bless cluster up: {args.gpus} simulated {args.gpu} GPUs, placement {args.policy}, Ray at {address}",
+        f"bless cluster up: {args.gpus} {'simulated' if args.backend == 'sim' else 'CUDA'} {args.gpu} GPUs, "
+        f"placement {args.policy}, Ray at {address}",
         flush=True,
     )
     if front is not None:
