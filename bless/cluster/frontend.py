@@ -233,6 +233,10 @@ class Routes:
 
     async def channel(self, gpu: str) -> grpc.aio.Channel:
         endpoint = await self.endpoint(gpu)
+        if endpoint["token"] in self._lost:  # found unreachable while this call read the routes
+            raise Unavailable(
+                f"the agent of {gpu} is unreachable; its models are being re-placed: retry", retry_after=RETRY_AFTER
+            )
         ch = self._channels.get(endpoint["token"])  # by incarnation: a restarted agent may reuse a port
         if ch is None:
             ch = self._channels[endpoint["token"]] = grpc.aio.insecure_channel(
