@@ -51,7 +51,8 @@ The cluster is reached through :class:`Cluster` (Ray: :class:`bless.cluster.ray_
 its calls block, so they run in threads, off the front end's event loop.
 
 Not in this version: TLS between the front end and the agents (they listen on
-loopback of their node).
+loopback unless told otherwise, and then only with ``insecure``: see
+:class:`~bless.cluster.agent.AgentConfig`).
 """
 
 from __future__ import annotations
