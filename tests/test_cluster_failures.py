@@ -220,7 +220,9 @@ def test_a_controller_restarted_from_its_state_finds_its_agents_and_placements(c
     client, state_dir = cluster
     assert client.register("a", "resnet50", "60%")["gpu"] == "gpu-0"
     assert client.register("b", "bert", "60%")["gpu"] == "gpu-1"
+    client.set_quota("a", "45%")  # the controller stores it: the restart and the failover below keep it
     before = client.placements()
+    assert before["a"]["spec"]["quota"] == pytest.approx(0.45)
     ray.kill(ra.controller_handle())
     ra.wait_gone(timeout=20.0)
     ra.restart_controller(state_dir)
@@ -236,6 +238,8 @@ def test_a_controller_restarted_from_its_state_finds_its_agents_and_placements(c
     kill_agent("gpu-0")
     wait_for(lambda: client.placements()["a"]["gpu"] != "gpu-0")
     assert client.infer("a")["gpu"] == "gpu-2"
+    status = {g["gpu_id"]: {x["name"]: x["quota"] for x in g["apps"]} for g in client.status()}
+    assert status["gpu-2"] == {"a": pytest.approx(0.45)}  # re-placed with the quota set, not the one registered
 
 
 def test_a_controller_restarted_while_an_agent_was_dead_fails_it_over(cluster):

@@ -13,7 +13,7 @@ from bless.cluster.controller import STATE_FILE, Controller, LocalAgents
 from bless.cluster.placement import POLICIES, GpuState, PlacedApp, check, place, with_app
 from bless.policies.bless import MEMORY_HEADROOM
 from bless.profiles.catalog import load_app
-from bless.serving.server.errors import FailedPrecondition
+from bless.serving.server.errors import FailedPrecondition, InvalidArgument, NotFound
 
 NAMES = ("resnet50", "bert", "vgg11", "resnet101")
 PROFILES = {n: load_app(n, "a100") for n in NAMES}
@@ -136,3 +136,29 @@ def test_controller_places_serves_persists_and_refuses_overcommit(tmp_path, two_
     assert Controller(tmp_path / "ctl", LocalAgents(two_agents)).gpu_of("b") == "gpu-1"  # reloaded
     c.unregister("r")
     assert c.register("v", "vgg11", "50%")["gpu"] == "gpu-0"
+
+
+def test_set_quota_is_checked_stored_and_kept_by_a_restart_and_a_failover(tmp_path, two_agents):
+    c = Controller(tmp_path / "ctl", LocalAgents(two_agents))
+    assert c.register("r", "resnet50", "60%")["gpu"] == "gpu-0"
+    assert c.register("s", "resnet50", "30%")["gpu"] == "gpu-0"
+    with pytest.raises(FailedPrecondition, match=r"quota: 80% for 'r' would put gpu-0 at 110%.*at most 70%"):
+        c.set_quota("r", "80%")
+    with pytest.raises(InvalidArgument, match="quota"):
+        c.set_quota("r", "lots")
+    with pytest.raises(NotFound, match="no app 'x'"):
+        c.set_quota("x", "10%")
+    assert c.placements["r"]["spec"]["quota"] == pytest.approx(0.6)  # refusals change nothing
+    assert c.set_quota("r", "50%")["spec"]["quota"] == pytest.approx(0.5)
+    assert two_agents["gpu-0"].specs()["r"]["quota"] == pytest.approx(0.5)  # applied on the agent
+    saved = json.loads((tmp_path / "ctl" / STATE_FILE).read_text())
+    assert saved["apps"]["r"]["spec"]["quota"] == pytest.approx(0.5)  # and stored
+    # a controller restarted while the agent ran another quota (stored, not yet applied) applies its own
+    two_agents["gpu-0"].set_quota("r", 0.4)
+    again = Controller(tmp_path / "ctl", LocalAgents(two_agents))
+    again.reconcile()
+    assert two_agents["gpu-0"].specs()["r"]["quota"] == pytest.approx(0.5)
+    # a failover re-places the app with the quota it has now, not the one it was registered with
+    c.agent_down("gpu-0", "killed in a test")
+    assert c.placements["r"]["gpu"] == "gpu-1" and c.placements["s"]["gpu"] == "gpu-1"
+    assert two_agents["gpu-1"].specs()["r"]["quota"] == pytest.approx(0.5)

@@ -11,27 +11,10 @@ import threading
 from pathlib import Path
 
 from bless.cli import UserError, make_console
+from bless.cli.serve import add_exposure_arguments
 
 ADDRESS_FILE = "cluster.json"
 """In the state directory: the Ray address of the cluster `up` started or joined."""
-FRONTEND_TOKEN_FILE = "admin-token"
-"""In the state directory: the front end's admin token (generated once, mode 0600)."""
-
-
-def _frontend_token(path: Path) -> str:
-    import secrets
-
-    try:
-        token = path.read_text().strip()
-        if token:
-            return token
-    except FileNotFoundError:
-        pass
-    token = secrets.token_urlsafe(24)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token
 
 
 def default_cluster_dir() -> Path:
@@ -56,8 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = csub.add_parser("up", help="start (or, with --address, join) a Ray cluster and the bless actors")
     common(up)
     up.add_argument("--gpus", type=int, required=True, help="GPUs: one agent each")
-    up.add_argument("--backend", default="sim", choices=("sim", "cuda"), help="sim only in this version")
-    up.add_argument("--gpu", default="a100", help="GPU model of the simulated GPUs")
+    up.add_argument(
+        "--backend",
+        default="sim",
+        choices=("sim", "cuda"),
+        help="sim: simulated GPUs (default); cuda: one real GPU per agent (Ray num_gpus=1; not yet tested on GPUs)",
+    )
+    up.add_argument("--gpu", default="a100", help="GPU model (of the simulated GPUs; with cuda: the nodes' model)")
     up.add_argument(
         "--policy", default="first-fit", choices=("first-fit", "best-fit-memory", "colocation"), help="placement policy"
     )
@@ -69,7 +57,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="serve the cluster's front end (OIP v2 gRPC and the admin API, as `bless serve`) on this port "
         "(0: any free port; default: no front end)",
     )
-    up.add_argument("--host", default="127.0.0.1", help="address the front end listens on")
+    up.add_argument(
+        "--http-port",
+        type=int,
+        default=-1,
+        help="and the OIP v2 REST API on this port (needs --grpc-port; 0: any free port; default -1: off)",
+    )
+    up.add_argument("--host", default="127.0.0.1", help="address the front end listens on (default: this machine only)")
+    up.add_argument(
+        "--admin-token-file",
+        type=Path,
+        default=None,
+        help="file holding the front end's admin token (must be chmod 600); default: one generated into the state dir",
+    )
+    add_exposure_arguments(up)
+    up.add_argument(
+        "--agent-host",
+        default="127.0.0.1",
+        help="address the GPU agents listen on (default: loopback, the front end on the same node; "
+        "another node's front end needs 0.0.0.0 and --insecure: agents speak clear text)",
+    )
+    up.add_argument(
+        "--advertise-host",
+        default=None,
+        help="address the front end dials to reach an agent (default: --agent-host, or each node's IP "
+        "when that is 0.0.0.0)",
+    )
     up.set_defaults(func=run_up)
     st = csub.add_parser("status", help="per GPU: apps, quotas, memory, utilisation, latency against ISO")
     common(st)
@@ -100,39 +113,51 @@ def _address(args: argparse.Namespace) -> str:
 def run_up(args: argparse.Namespace) -> int:
     from bless.cluster import ray_actors as ra
 
-    if args.backend != "sim":
-        raise UserError("--backend cuda: this version of bless cluster runs simulated GPUs only (--backend sim)")
     if args.gpus < 1:
         raise UserError(f"--gpus: at least 1, got {args.gpus}")
     state_dir = _state_dir(args)
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    front_config = _front_config(args, state_dir)  # bad flags: an error before Ray starts
     local = args.address is None
-    ray = ra.connect(args.address, **({"resources": {ra.SIM_RESOURCE: args.gpus}} if local else {}))
+    reach = ra.AgentReach(args.agent_host, args.advertise_host, bool(args.insecure))
+    ra.agent_config("gpu-0", state_dir, gpu=args.gpu, backend=args.backend, warm_up=False, reach=reach)  # checks
+    simulated = local and args.backend == "sim"
+    ray = ra.connect(args.address, **({"resources": {ra.SIM_RESOURCE: args.gpus}} if simulated else {}))
     address = ray.get_runtime_context().gcs_address
     ra.start_cluster(
-        args.gpus, state_dir, gpu=args.gpu, backend=args.backend, policy=args.policy, kace_model=args.kace_model
+        args.gpus,
+        state_dir,
+        gpu=args.gpu,
+        backend=args.backend,
+        policy=args.policy,
+        kace_model=args.kace_model,
+        reach=reach,
     )
     front = None
-    if args.grpc_port is not None:
+    if front_config is not None:
         from bless.cluster.frontend import ClusterFrontend
+        from bless.serving.server.errors import StartupError
 
-        token_file = state_dir / FRONTEND_TOKEN_FILE
         try:
-            front = ClusterFrontend(
-                ra.ClusterClient(address), args.host, args.grpc_port, _frontend_token(token_file)
-            ).start()
-        except BaseException:
+            front = ClusterFrontend(ra.ClusterClient(address), front_config).start()
+        except BaseException as e:
             ra.stop_cluster()
+            if isinstance(e, StartupError):
+                raise UserError(str(e)) from None
             raise
     record = state_dir / ADDRESS_FILE
     record.write_text(json.dumps({"address": address, "gpus": args.gpus, "pid": os.getpid(), "local": local}))
     print(
-        f"bless cluster up: {args.gpus} simulated {args.gpu} GPUs, placement {args.policy}, Ray at {address}",
+        f"bless cluster up: {args.gpus} {'simulated' if args.backend == 'sim' else 'CUDA'} {args.gpu} GPUs, "
+        f"placement {args.policy}, Ray at {address}",
         flush=True,
     )
     if front is not None:
+        scheme = "https" if front.tls else "http"
+        rest = f"{scheme}://{front.http_address}/v2" if front.http_port is not None else "off"
         print(
-            f"front end (OIP v2 gRPC + admin API) on {front.address}; admin token in {token_file}",
+            f"front end (OIP v2 gRPC + admin API) on {front.address} ({'TLS' if front.tls else 'no TLS'}); "
+            f"REST {rest}; admin token from {front.token_source}",
             flush=True,
         )
     print(f"state in {state_dir}; `bless cluster status`, `bless cluster down`", flush=True)
@@ -157,6 +182,30 @@ def run_up(args: argparse.Namespace) -> int:
             ray.shutdown()
     print("bless cluster down", flush=True)
     return 0
+
+
+def _front_config(args: argparse.Namespace, state_dir: Path):
+    """The front end's settings from the flags (None: no front end), checked as `bless serve`'s."""
+    from bless.cluster.frontend import FrontendConfig
+
+    if args.grpc_port is None:
+        if args.http_port >= 0:
+            raise UserError("--http-port: the REST API is part of the front end; give --grpc-port too (0: any port)")
+        for flag in ("tls_cert", "tls_key", "tls_client_ca", "admin_token_file"):
+            if getattr(args, flag) is not None:
+                raise UserError(f"--{flag.replace('_', '-')}: applies to the front end; give --grpc-port too")
+        return None
+    return FrontendConfig(
+        host=args.host,
+        grpc_port=args.grpc_port,
+        http_port=args.http_port,
+        state_dir=state_dir,
+        admin_token_file=args.admin_token_file,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        insecure=bool(args.insecure),
+    )
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -42,7 +42,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--admin-token",
         help="the token itself (discouraged: other users see it in ps; use --admin-token-file or $BLESS_ADMIN_TOKEN)",
     )
-    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve gRPC and metrics over TLS")
+    add_exposure_arguments(p)
+    p.add_argument("--max-queue", type=int, help="requests one app may have queued or running (default 1024)")
+    p.add_argument("--shutdown-grace", type=float, help="seconds to finish admitted requests on SIGTERM (default 10)")
+    p.add_argument("--noise", type=float, help="simulated kernel-time noise, lognormal sigma (default 0)")
+    p.add_argument("--seed", type=int, help="simulator seed (default 0)")
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.set_defaults(func=serve)
+
+
+def add_exposure_arguments(p: argparse.ArgumentParser) -> None:
+    """TLS (and mutual TLS) on every port, and --insecure: one set of flags for `bless serve`
+    and the cluster's front end (`bless cluster up`), which hand them to the same checks."""
+    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve every port over TLS")
     p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     p.add_argument("--tls-client-ca", type=Path, help="PEM CA bundle: require client certificates it signed (mTLS)")
     p.add_argument(
@@ -51,12 +63,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="allow a --host other than loopback without TLS (behind a TLS proxy or on a trusted network)",
     )
-    p.add_argument("--max-queue", type=int, help="requests one app may have queued or running (default 1024)")
-    p.add_argument("--shutdown-grace", type=float, help="seconds to finish admitted requests on SIGTERM (default 10)")
-    p.add_argument("--noise", type=float, help="simulated kernel-time noise, lognormal sigma (default 0)")
-    p.add_argument("--seed", type=int, help="simulator seed (default 0)")
-    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    p.set_defaults(func=serve)
 
 
 def _token_settings(args: argparse.Namespace) -> dict:

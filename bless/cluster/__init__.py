@@ -4,5 +4,6 @@
 :mod:`~bless.cluster.agent` (one GPU), :mod:`~bless.cluster.controller` (placement
 state), :mod:`~bless.cluster.ray_actors` (the two as Ray actors; Ray is the
 optional ``cluster`` extra and is imported only there), :mod:`~bless.cluster.frontend`
-(one gRPC address speaking OIP v2 and the admin API, routing each model to its agent).
+(what ``bless serve`` speaks, OIP v2 over gRPC and REST and the admin API, with its TLS,
+token and health checks, routing each model to its agent).
 """

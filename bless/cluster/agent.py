@@ -32,6 +32,7 @@ from bless.serving.server.admin import AdminService
 from bless.serving.server.config import ServerConfig
 from bless.serving.server.core import ServingCore, settle
 from bless.serving.server.errors import FailedPrecondition
+from bless.serving.server.exposure import is_loopback
 from bless.serving.server.inference import InferenceService
 from bless.serving.server.jobs import Outcome
 from bless.serving.server.security import AuthGuard
@@ -39,8 +40,11 @@ from bless.serving.server.server import bless_policy, make_backend, warm_up
 from bless.serving.server.spec import AppSpec
 from bless.serving.server.store import StateStore
 
-BACKENDS = ("sim",)
-"""Backends an agent runs in this version (the CUDA backend: a GPU node per agent, to come)."""
+BACKENDS = ("sim", "cuda")
+"""Backends an agent runs: a simulated GPU, or a real one (on Ray, the GPU the actor was given;
+the CUDA path is not yet run on a GPU in the cluster's tests)."""
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+"""Bind hosts that listen on every interface: the address to dial must be advertised."""
 ANSWER_TIMEOUT = 60.0
 """Seconds a register or unregister may wait for the serving loop."""
 
@@ -58,8 +62,37 @@ class AgentConfig:
     seed: int = 0
     warm_up: bool = True
     grpc_host: str = "127.0.0.1"
+    """Where the agent's endpoint listens: loopback (one machine) unless the front end runs on
+    another node, which needs ``insecure`` (agents speak clear text in this version)."""
     grpc_port: int = -1
     """The agent's own OIP v2 + admin gRPC endpoint (0: any free port; -1: none)."""
+    advertise_host: str | None = None
+    """The host the front end dials (the controller hands it out); None: ``grpc_host``, which
+    must then not be a wildcard (0.0.0.0, ::)."""
+    insecure: bool = False
+    """Allow a ``grpc_host`` other than loopback without TLS (a trusted network between nodes)."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend: bless cluster runs {' or '.join(BACKENDS)} agents, got {self.backend!r}")
+        if not (self.insecure or is_loopback(self.grpc_host)):
+            raise ValueError(
+                f"--agent-host: {self.grpc_host} is reachable from other machines, and the agents serve "
+                f"inference and their admin token in clear text (no TLS between the front end and the agents "
+                f"in this version); give --insecure if only trusted machines reach the nodes, or keep agents "
+                f"on 127.0.0.1 with the front end on the same node"
+            )
+
+    @property
+    def dial_host(self) -> str:
+        """The host in the address the controller hands to the front end (ValueError: none is
+        known, the agent listening on every interface with no ``advertise_host``)."""
+        if self.advertise_host is None and self.grpc_host in WILDCARD_HOSTS:
+            raise ValueError(
+                f"--advertise-host: the agent listens on every interface ({self.grpc_host!r}); name the address "
+                f"the front end dials (on Ray, the node's IP is taken when it is left out)"
+            )
+        return self.advertise_host or self.grpc_host
 
     def server_config(self) -> ServerConfig:
         return ServerConfig(
@@ -80,11 +113,8 @@ class GpuAgent:
     """BLESS serving on one GPU; start on construction, :meth:`close` to stop."""
 
     def __init__(self, config: AgentConfig) -> None:
-        if config.backend not in BACKENDS:
-            raise ValueError(
-                f"backend: this version of bless cluster runs {', '.join(BACKENDS)} agents only, got {config.backend!r}"
-            )
         self.config = config
+        dial_host = config.dial_host if config.grpc_port >= 0 else None
         cfg = config.server_config()
         self.store = StateStore(cfg.state_dir)
         try:
@@ -102,7 +132,7 @@ class GpuAgent:
             self.core.start()
             self.core.restore()
             self.endpoint_server = (
-                AgentEndpoint(self.core, config.grpc_host, config.grpc_port, cfg.max_message_bytes)
+                AgentEndpoint(self.core, config.grpc_host, config.grpc_port, cfg.max_message_bytes, dial_host)
                 if config.grpc_port >= 0
                 else None
             )
@@ -189,6 +219,11 @@ class GpuAgent:
         admission, _ = self.core.register(spec, profile).result(ANSWER_TIMEOUT)
         return {"accepted": admission.accepted, "reason": admission.reason, "warnings": list(admission.warnings)}
 
+    def set_quota(self, name: str, quota: float) -> dict[str, Any]:
+        """Give ``name`` a new quota (the controller checked and stored it; the serving core's
+        admission has the last word: FailedPrecondition); its registration after."""
+        return self.core.set_quota(name, quota).result(ANSWER_TIMEOUT).spec.to_dict()
+
     def unregister(self, name: str) -> int:
         """Remove the app; the number of its queued requests that were aborted."""
         return self.core.unregister(name).result(ANSWER_TIMEOUT)
@@ -240,21 +275,26 @@ class AgentEndpoint:
     """The agent's serving core over gRPC: the OIP v2 inference service and the admin
     service (with a random token), on an asyncio loop of its own; serving once built."""
 
-    def __init__(self, core: ServingCore, host: str, port: int, max_message_bytes: int) -> None:
+    def __init__(
+        self, core: ServingCore, host: str, port: int, max_message_bytes: int, dial_host: str | None = None
+    ) -> None:
         self.token = secrets.token_urlsafe(24)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="bless-agent-grpc", daemon=True)
         self._thread.start()
         platform = f"bless_{core.backend.name}"
         try:
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             self._server, bound = asyncio.run_coroutine_threadsafe(
-                self._start(core, platform, f"{host}:{port}", max_message_bytes), self._loop
+                self._start(core, platform, where, max_message_bytes), self._loop
             ).result()
         except BaseException:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
             raise
-        self.address = f"{host}:{bound}"
+        dial = dial_host or host
+        self.address = f"[{dial}]:{bound}" if ":" in dial else f"{dial}:{bound}"
+        """What the front end dials (the advertised host, the bound port)."""
 
     async def _start(self, core: ServingCore, platform: str, where: str, max_bytes: int) -> tuple[Any, int]:
         server = grpc.aio.server(

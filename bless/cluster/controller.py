@@ -47,7 +47,7 @@ from bless.colocation.kace import KaceModel
 from bless.hw.gpus import get_gpu
 from bless.serving.server.admission import AdmissionLimits
 from bless.serving.server.errors import AlreadyExists, FailedPrecondition, NotFound, ServiceError, Unavailable
-from bless.serving.server.spec import AppSpec, load_profile_for, min_quota, parse_app_spec
+from bless.serving.server.spec import AppSpec, load_profile_for, min_quota, parse_app_spec, quota_value
 
 log = logging.getLogger("bless.cluster")
 
@@ -61,6 +61,8 @@ HEALTH_INTERVAL = 1.0
 to the agents directly, so without it a dead agent's apps would be re-placed only at the
 controller's next call; 1 s bounds how long they answer UNAVAILABLE, for one cheap ping per
 agent per second."""
+QUOTA_EPSILON = 1e-9
+"""Slack in the 100 % check of a GPU's quotas (floating-point sums of parsed percentages)."""
 RETRY_AFTER = HEALTH_INTERVAL
 """The retry hint (seconds) of a request refused because its GPU's agent is down: by then
 a health check has re-placed the app."""
@@ -247,6 +249,54 @@ class Controller:
             self._save()
             return aborted
 
+    def set_quota(self, name: str, quota: str) -> dict[str, Any]:
+        """Change an app's quota; its placement entry as stored after.
+
+        The controller owns it, so a restarted controller and a re-placement after a failure
+        use the new quota: it checks the change against the app's GPU (its quotas stay within
+        100 %), stores it, then applies it on the agent, whose admission has the last word (a
+        rejection there puts the stored quota back).  An app that waits for a GPU (unplaced) gets
+        the new quota recorded and is placed with it.  InvalidArgument for a bad quota,
+        FailedPrecondition when the GPU cannot take it, NotFound for an unknown app."""
+        with self.lock:
+            waiting = self.unplaced.get(name)
+            if waiting is not None:
+                least = max((min_quota(get_gpu(g.gpu), g.mechanism) for g in self._snapshots()), default=0.0)
+                waiting["spec"] = {**waiting["spec"], "quota": quota_value(quota, minimum=least)}
+                self._save()
+                return {"gpu": None, "spec": dict(waiting["spec"]), "unplaced": waiting["reason"]}
+            entry = self.placements.get(name)
+            if entry is None:
+                raise NotFound(
+                    f"no app {name!r} in the cluster (registered: {', '.join(sorted(self.placements)) or 'none'})"
+                )
+            gpu_id = entry["gpu"]
+            gpu = self._call(gpu_id, "snapshot")
+            q = quota_value(quota, minimum=min_quota(get_gpu(gpu.gpu), gpu.mechanism))
+            others = sum(a.quota for a in gpu.apps if a.name != name)
+            if others + q > 1.0 + QUOTA_EPSILON:
+                raise FailedPrecondition(
+                    f"quota: {q:.0%} for {name!r} would put {gpu_id} at {others + q:.0%} (its other apps hold "
+                    f"{others:.0%}); give at most {max(0.0, 1.0 - others):.0%}, or unregister and register the app "
+                    f"again to have it placed on another GPU"
+                )
+            old = entry["spec"]
+            entry["spec"] = {**old, "quota": q}
+            self._save()
+            try:
+                self._call(gpu_id, "set_quota", name, q)
+            except AgentDown:
+                # found dead just now: the fail-over re-placed the app with the stored (new) quota
+                log.warning("quota of %r stored; its agent died before applying it (re-placed)", name)
+                return dict(self.placements.get(name) or {"gpu": None, "spec": self.unplaced[name]["spec"]})
+            except BaseException:
+                if self.placements.get(name) is entry:
+                    entry["spec"] = old
+                    self._save()
+                raise
+            log.info("app %r on %s: quota %.0f%%", name, gpu_id, q * 100)
+            return dict(entry)
+
     # ------------------------------------------------------------ serving
     def gpu_of(self, name: str) -> str:
         entry = self.placements.get(name)
@@ -401,6 +451,7 @@ class Controller:
         for name, spec in self.agents.call(gpu_id, "specs").items():
             entry = self.placements.get(name)
             if entry is not None and entry["gpu"] == gpu_id:
+                self._apply_stored_quota(gpu_id, name, spec, entry)
                 continue
             if entry is None and name in self.unplaced:
                 # its GPU is back with it (restored from the agent's store): it stays there
@@ -423,6 +474,34 @@ class Controller:
             removed.append(name)
             log.warning("removed %r from %s: the controller has it %s", name, gpu_id, entry and entry["gpu"])
         return removed
+
+    def _apply_stored_quota(self, gpu_id: str, name: str, running: dict[str, Any], entry: dict[str, Any]) -> None:
+        """The agent runs ``name`` with another quota than stored (the controller stopped between
+        storing a SetQuota and applying it): apply the stored one, the controller's word."""
+        quota = float(entry["spec"]["quota"])
+        if abs(float(running["quota"]) - quota) <= QUOTA_EPSILON:
+            return
+        try:
+            self.agents.call(gpu_id, "set_quota", name, quota)
+            log.warning(
+                "app %r on %s: stored quota %.0f%% applied (it ran %.0f%%)",
+                name,
+                gpu_id,
+                quota * 100,
+                float(running["quota"]) * 100,
+            )
+        except AgentDown:
+            raise
+        except ServiceError as e:  # its admission refuses it now: the running quota is the truth
+            log.error(
+                "app %r on %s: stored quota %.0f%% refused (%s); keeping %.0f%%",
+                name,
+                gpu_id,
+                quota * 100,
+                e,
+                float(running["quota"]) * 100,
+            )
+            entry["spec"] = {**entry["spec"], "quota": float(running["quota"])}
 
     def check(self) -> dict[str, str]:
         """Ping every agent: a live one found dead is failed over, a down one found serving

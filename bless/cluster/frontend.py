@@ -1,4 +1,5 @@
-"""The cluster's front end: one gRPC address speaking what ``bless serve`` speaks (OIP v2 and the admin API).
+"""The cluster's front end: one address speaking what ``bless serve`` speaks (OIP v2 over gRPC
+and REST, the admin API, gRPC health and reflection), with the same TLS and admin token.
 
 Design.  Every GPU agent serves its own serving core over gRPC
 (:class:`bless.cluster.agent.AgentEndpoint`: the same inference and admin
@@ -20,9 +21,19 @@ route by model name to the agent that holds the model:
   RegisterApp asks the controller to place and deploy the app; the answer says
   on which GPU and why (``RegisterAppResponse.gpu``, ``.placement``, and the
   admission reason).  UnregisterApp goes through the controller too.  ListApps
-  and GetStats are merged over the agents (``AppInfo.gpu`` names each app's GPU);
-  SetQuota, InjectFault and GetStats of one app are forwarded to the app's agent,
-  ResetStats to every agent.
+  and GetStats are merged over the agents (``AppInfo.gpu`` names each app's GPU).
+  SetQuota goes through the controller, which owns quotas like placements: it checks
+  the new quota against the app's GPU, stores it, then applies it on the agent (so a
+  restarted controller, or a re-placement after a failure, keeps it).  InjectFault and
+  GetStats of one app are forwarded to the app's agent, ResetStats to every agent.
+* **REST** (``http_port >= 0``): ``bless serve``'s own OIP v2 REST API
+  (:mod:`bless.serving.server.rest`, Triton's conventions) over this routing
+  (:class:`FrontRest`), so ``tritonclient.http`` works against the cluster unmodified.
+* **Health and reflection** (:mod:`bless.serving.server.discovery`, as ``bless serve``):
+  SERVING while some GPU agent can be reached.
+* **Exposure** (:class:`FrontendConfig`): TLS (and mutual TLS) on both ports, the admin
+  token from a private file or generated into the state directory, and no clear text off
+  loopback without ``insecure``: ``bless serve``'s settings, checked by the same code.
 
 Failures.  A request whose agent cannot be reached (the agent died: gRPC
 UNAVAILABLE from its connection, in flight or new) is answered UNAVAILABLE with
@@ -30,27 +41,33 @@ a retry hint (``grpc-retry-pushback-ms``, :data:`~bless.cluster.controller.RETRY
 never INTERNAL or UNKNOWN, and drops the routes, so the next request reads them
 again: by then the controller has re-placed the model (asking the agents'
 endpoints is enough for it to notice a dead one) and the model is served from
-its new GPU.  A model whose GPU is down, or that no GPU could take since
-(*unplaced*), is UNAVAILABLE too.  Models on the other GPUs are not touched.
+its new GPU.  Every call still in flight to that agent is answered UNAVAILABLE at
+once too: its channel is closed, and a call cancelled that way is answered, not
+left without a status until the client's deadline.  A model whose GPU is down, or
+that no GPU could take since (*unplaced*), is UNAVAILABLE too.  Models on the other
+GPUs are not touched.
 
 The cluster is reached through :class:`Cluster` (Ray: :class:`bless.cluster.ray_actors.ClusterClient`);
 its calls block, so they run in threads, off the front end's event loop.
 
-Not in this version: the REST API; TLS; SetQuota is not recorded in the
-controller's placement state (the agent's admission still has the last word on
-its GPU).
+Not in this version: TLS between the front end and the agents (they listen on
+loopback unless told otherwise, and then only with ``insecure``: see
+:class:`~bless.cluster.agent.AgentConfig`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import math
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import grpc
@@ -58,10 +75,20 @@ import grpc
 import bless
 from bless.cluster.controller import RETRY_AFTER
 from bless.serving.api import ADMIN_SERVICE, OIP_SERVICE, admin, methods, oip
-from bless.serving.server.errors import InvalidArgument, NotFound, ServiceError, Unavailable, Unimplemented
+from bless.serving.server.config import ServerConfig
+from bless.serving.server.discovery import ServingHealth, add_discovery
+from bless.serving.server.errors import (
+    InvalidArgument,
+    NotFound,
+    ServiceError,
+    StartupError,
+    Unavailable,
+    Unimplemented,
+)
 from bless.serving.server.inference import EXTENSIONS, NOT_APPLICABLE
+from bless.serving.server.rest import RestServer
 from bless.serving.server.rpc import RETRY_PUSHBACK, retry_pushback
-from bless.serving.server.security import AuthGuard
+from bless.serving.server.security import AuthGuard, grpc_server_credentials, resolve_admin_token, rest_tls
 from bless.serving.server.streams import answer_concurrently
 from bless.serving.server.wire import encode_varint, length_delimited_tag, wire_string
 
@@ -85,17 +112,19 @@ class Cluster(Protocol):
 
     def unregister(self, name: str) -> int: ...
 
+    def set_quota(self, name: str, quota: str) -> dict[str, Any]: ...
+
     def health(self) -> dict[str, Any]: ...
 
 
 STREAM_RESPONSE_TAG = length_delimited_tag(oip.ModelStreamInferResponse, "infer_response")
 
 
-class AgentError(Exception):
-    """An agent's gRPC error, answered to the client as it is."""
+class AgentError(ServiceError):
+    """An agent's gRPC error, answered to the client as it is (over REST: its code's HTTP status)."""
 
     def __init__(self, error: grpc.aio.AioRpcError) -> None:
-        super().__init__(error.details())
+        super().__init__(error.details() or "")
         self.code = error.code()
         self.details = error.details() or ""
         self.trailing = tuple((k, v) for k, v in (error.trailing_metadata() or ()))
@@ -112,6 +141,9 @@ class Routes:
         self.unplaced: dict[str, str] = {}
         """Models no GPU could take since theirs went down, and why."""
         self._channels: dict[str, grpc.aio.Channel] = {}
+        """By agent incarnation (its token)."""
+        self._closing: weakref.WeakSet[grpc.aio.Channel] = weakref.WeakSet()
+        """Channels of lost agents, closed under their in-flight calls."""
         self._lost: set[str] = set()
         """Agent incarnations (by their random admin token) found unreachable.  The controller may
         list one a while longer (a dying actor can still answer its ping), and a connection to a
@@ -137,7 +169,12 @@ class Routes:
             health = getattr(self.cluster, "health", None)
             unplaced = (await asyncio.to_thread(health)).get("unplaced", {}) if health is not None else {}
             self.models = {name: entry["gpu"] for name, entry in placements.items()}
-            self.endpoints = {g: e for g, e in endpoints.items() if e and e["token"] not in self._lost}
+            fresh = {g: e for g, e in endpoints.items() if e and e["token"] not in self._lost}
+            for gpu, old in self.endpoints.items():
+                if fresh.get(gpu, {}).get("token") != old["token"]:
+                    # the controller found this incarnation dead (or replaced): fail its calls now
+                    self._drop(old)
+            self.endpoints = fresh
             self.unplaced = {name: u.get("reason", "") for name, u in unplaced.items()}
             self._refreshed = started
 
@@ -168,10 +205,17 @@ class Routes:
         self.models = {}
         self._refreshed = -math.inf
         if endpoint is not None:
-            self._lost.add(endpoint["token"])
-            channel = self._channels.pop(endpoint["address"], None)
-            if channel is not None:
-                asyncio.get_running_loop().create_task(channel.close())
+            self._drop(endpoint)
+
+    def _drop(self, endpoint: dict[str, str]) -> None:
+        """Route no more to this agent incarnation, and close its channel: calls still in flight
+        on it are cancelled, which :meth:`forward` answers UNAVAILABLE (a call to a dying process
+        may otherwise wait for an answer that never comes, until the client's deadline)."""
+        self._lost.add(endpoint["token"])
+        channel = self._channels.pop(endpoint["token"], None)
+        if channel is not None:
+            self._closing.add(channel)
+            asyncio.get_running_loop().create_task(channel.close())
 
     async def gpus(self) -> list[str]:
         if not self.endpoints:
@@ -189,11 +233,15 @@ class Routes:
             ) from None
 
     async def channel(self, gpu: str) -> grpc.aio.Channel:
-        address = (await self.endpoint(gpu))["address"]
-        ch = self._channels.get(address)
+        endpoint = await self.endpoint(gpu)
+        if endpoint["token"] in self._lost:  # found unreachable while this call read the routes
+            raise Unavailable(
+                f"the agent of {gpu} is unreachable; its models are being re-placed: retry", retry_after=RETRY_AFTER
+            )
+        ch = self._channels.get(endpoint["token"])  # by incarnation: a restarted agent may reuse a port
         if ch is None:
-            ch = self._channels[address] = grpc.aio.insecure_channel(
-                address,
+            ch = self._channels[endpoint["token"]] = grpc.aio.insecure_channel(
+                endpoint["address"],
                 options=[
                     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -205,9 +253,22 @@ class Routes:
         self, gpu: str, path: str, raw: bytes, timeout: float | None = None, metadata: tuple = ()
     ) -> bytes:
         """``raw`` to the agent of ``gpu`` as method ``path``; its raw answer (AgentError: its error)."""
-        call = (await self.channel(gpu)).unary_unary(path)  # no (de)serialisers: bytes both ways
+        channel = await self.channel(gpu)
+        call = channel.unary_unary(path)  # no (de)serialisers: bytes both ways
         try:
             return await call(raw, timeout=timeout, metadata=metadata or None)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if channel not in self._closing or (task is not None and task.cancelling()):
+                raise  # the client cancelled (or the front end stops): not an agent failure
+            # the channel was closed under the call because its agent was found unreachable: a
+            # cancelled call raises CancelledError here, which, let through, would leave the
+            # client without any status until its deadline
+            raise Unavailable(
+                f"the agent of {gpu} is unreachable (found dead during the call); its models are being "
+                f"re-placed: retry",
+                retry_after=RETRY_AFTER,
+            ) from None
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 self.models = {}  # the model may have moved or gone: read the placements again next time
@@ -295,25 +356,28 @@ class FrontInference:
         self.routes = routes
 
     def handler(self) -> grpc.GenericRpcHandler:
+        return _service_handler(OIP_SERVICE, self.impls())
+
+    def impls(self) -> dict[str, Any]:
+        """Each method's handler (raw request bytes and a gRPC context in; an answer, as bytes
+        or a message, out): the gRPC service, and through :class:`FrontRest` the REST API."""
+
         async def refuse(rpc: str, raw: bytes, context: Any) -> Any:
             raise Unimplemented(f"{rpc}: {NOT_APPLICABLE[rpc]}")
 
-        return _service_handler(
-            OIP_SERVICE,
-            {
-                "ServerLive": self.server_live,
-                "ServerReady": self.server_ready,
-                "ServerMetadata": self.server_metadata,
-                "ModelReady": self.model_ready,
-                "ModelMetadata": self.by_model("ModelMetadata"),
-                "ModelConfig": self.by_model("ModelConfig"),
-                "ModelInfer": self.by_model("ModelInfer"),
-                "ModelStatistics": self.model_statistics,
-                "ModelStreamInfer": self.model_stream_infer,
-                "RepositoryIndex": _decoded(oip.RepositoryIndexRequest, self.repository_index),
-                **{rpc: functools.partial(refuse, rpc) for rpc in NOT_APPLICABLE},
-            },
-        )
+        return {
+            "ServerLive": self.server_live,
+            "ServerReady": self.server_ready,
+            "ServerMetadata": self.server_metadata,
+            "ModelReady": self.model_ready,
+            "ModelMetadata": self.by_model("ModelMetadata"),
+            "ModelConfig": self.by_model("ModelConfig"),
+            "ModelInfer": self.by_model("ModelInfer"),
+            "ModelStatistics": self.model_statistics,
+            "ModelStreamInfer": self.model_stream_infer,
+            "RepositoryIndex": _decoded(oip.RepositoryIndexRequest, self.repository_index),
+            **{rpc: functools.partial(refuse, rpc) for rpc in NOT_APPLICABLE},
+        }
 
     def by_model(self, method: str) -> RawHandler:
         """Forward to the agent of the model named by field 1 (``name`` / ``model_name``)."""
@@ -398,6 +462,84 @@ class FrontInference:
             yield item
 
 
+REST_RESPONSES: dict[str, Any] = {
+    "ServerLive": oip.ServerLiveResponse,
+    "ServerReady": oip.ServerReadyResponse,
+    "ServerMetadata": oip.ServerMetadataResponse,
+    "ModelMetadata": oip.ModelMetadataResponse,
+    "ModelReady": oip.ModelReadyResponse,
+    "ModelConfig": oip.ModelConfigResponse,
+    "ModelStatistics": oip.ModelStatisticsResponse,
+    "RepositoryIndex": oip.RepositoryIndexResponse,
+}
+"""The response message of each method the REST API asks :class:`FrontRest` for."""
+
+
+class _Deadline:
+    """The part of a gRPC context the handlers read, for a call that has none (REST)."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+
+    def time_remaining(self) -> float | None:
+        return self.timeout
+
+
+class FrontRest:
+    """The front end's routing as the REST API's :class:`~bless.serving.server.rest.OipService`,
+    so ``bless serve``'s REST implementation (:mod:`bless.serving.server.rest`) serves the
+    cluster too.  Each call runs the gRPC handler of its method on the front end's event loop
+    (the channels to the agents belong to it) from uvicorn's, with the request as bytes."""
+
+    def __init__(self, inference: FrontInference, loop: asyncio.AbstractEventLoop) -> None:
+        self.inference = inference
+        self.loop = loop
+        self.impls = inference.impls()
+
+    async def _on_loop(self, work: Awaitable[Any]) -> Any:
+        # a REST client that disconnects cancels this wait, which cancels the work on the loop
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
+
+    async def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        answer = await self._on_loop(self.impls[method](request.SerializeToString(), _Deadline(timeout)))
+        return REST_RESPONSES[method].FromString(answer) if isinstance(answer, bytes) else answer
+
+    async def server_live(self, request: Any, context: Any) -> Any:
+        return await self._call("ServerLive", request)
+
+    async def server_ready(self, request: Any, context: Any) -> Any:
+        return await self._call("ServerReady", request)
+
+    async def server_metadata(self, request: Any, context: Any) -> Any:
+        return await self._call("ServerMetadata", request)
+
+    async def model_metadata(self, request: Any, context: Any) -> Any:
+        return await self._call("ModelMetadata", request)
+
+    async def model_ready(self, request: Any, context: Any) -> Any:
+        return await self._call("ModelReady", request)
+
+    async def model_config(self, request: Any, context: Any) -> Any:
+        return await self._call("ModelConfig", request)
+
+    async def model_statistics(self, request: Any, context: Any) -> Any:
+        return await self._call("ModelStatistics", request)
+
+    async def repository_index(self, request: Any, context: Any) -> Any:
+        return await self._call("RepositoryIndex", request)
+
+    async def infer(self, request: Any, timeout: float | None) -> bytes:
+        return _serialize(
+            await self._on_loop(self.impls["ModelInfer"](request.SerializeToString(), _Deadline(timeout)))
+        )
+
+    async def check_model(self, name: str) -> None:
+        await self._on_loop(self.inference.routes.gpu_of(name))
+
+    def not_ready_reason(self) -> str:
+        return "no GPU agent of the cluster can be reached (it is starting, or every agent is down)"
+
+
 class FrontAdmin:
     """``bless.admin.v1.AdminService`` over the cluster: placement through the controller."""
 
@@ -412,7 +554,7 @@ class FrontAdmin:
             {
                 "RegisterApp": _decoded(admin.RegisterAppRequest, self.register_app),
                 "UnregisterApp": _decoded(admin.UnregisterAppRequest, self.unregister_app),
-                "SetQuota": self.to_app("SetQuota"),
+                "SetQuota": _decoded(admin.SetQuotaRequest, self.set_quota),
                 "InjectFault": self.to_app("InjectFault"),
                 "ResetStats": self.reset_stats,
                 "ListApps": self.list_apps,
@@ -469,6 +611,23 @@ class FrontAdmin:
         aborted = await asyncio.to_thread(self.cluster.unregister, request.name)
         self.routes.models.pop(request.name, None)
         return admin.UnregisterAppResponse(aborted_requests=aborted)
+
+    async def set_quota(self, request: Any, context: Any) -> Any:
+        """Through the controller, which checks the quota against the app's GPU and stores it
+        (so a re-placement or a restarted controller keeps it) before applying it there."""
+        await self._authorize(context, "SetQuota")
+        placed = await asyncio.to_thread(self.cluster.set_quota, request.name, request.quota)
+        response = admin.SetQuotaResponse()
+        gpu = placed.get("gpu")
+        if not gpu:  # waiting for a GPU: its stored registration is all there is
+            response.app.name = request.name
+            response.app.quota = float(placed["spec"]["quota"])
+            return response
+        self.routes.models[request.name] = gpu
+        info = await self._app_info(gpu, request.name)
+        if info is not None:
+            response.app.CopyFrom(info)
+        return response
 
     def to_app(self, method: str) -> RawHandler:
         """A mutating call about one app (field 1, ``name``): authorised here, forwarded to its agent."""
@@ -539,23 +698,94 @@ def _cluster_gpu(infos: list[Any]) -> Any:
 
 
 # ---------------------------------------------------------------------------- server
-class ClusterFrontend:
-    """The front end's gRPC server on its own asyncio thread: :meth:`start`, :meth:`stop`."""
+@dataclasses.dataclass(frozen=True)
+class FrontendConfig:
+    """Where and how the front end listens: the settings of ``bless serve`` that concern its
+    ports and who may reach them, with the same names, defaults and checks (a wrong pair or an
+    exposed host is a :class:`~bless.harness.config.ConfigError` naming the setting and the
+    flag), because :meth:`server_config` hands them to the same code (``security.py``)."""
 
-    def __init__(self, cluster: Cluster, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
+    host: str = "127.0.0.1"
+    grpc_port: int = 0
+    """OIP v2 inference + admin (0: any free port)."""
+    http_port: int = -1
+    """The OIP v2 REST API (0: any free port; -1: off)."""
+    state_dir: Path | None = None
+    """Where a generated admin token is kept (``admin-token``, mode 0600), so it survives a
+    restart; None: a random token for this run only (unless a token or a token file is given)."""
+    admin_token_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    insecure: bool = False
+    """Allow a non-loopback host without TLS (a TLS proxy or a trusted network in front)."""
+
+    def __post_init__(self) -> None:
+        self.server_config()  # the checks, now: a bad setting is an error before any port is bound
+
+    def server_config(self) -> ServerConfig:
+        """The same settings as ``bless serve``'s config (what the security helpers read)."""
+        return ServerConfig(
+            host=self.host,
+            grpc_port=self.grpc_port,
+            http_port=self.http_port,
+            metrics_port=-1,
+            admin_token_file=self.admin_token_file,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+            tls_client_ca=self.tls_client_ca,
+            insecure=self.insecure,
+            max_message_bytes=MAX_MESSAGE_BYTES,
+            **({"state_dir": self.state_dir} if self.state_dir is not None else {}),
+        )
+
+
+READY_MAX_AGE = 1.0
+"""Seconds a health check may answer from routes read that long ago (a probe every second asks
+the controller at most once a second)."""
+READY_TIMEOUT = 5.0
+"""Seconds a health check may wait for the cluster before it answers NOT_SERVING."""
+
+
+class ClusterFrontend:
+    """The front end's gRPC server (and, with ``http_port >= 0``, its REST API) on its own
+    asyncio thread: :meth:`start`, :meth:`stop`.  ``token`` overrides the config's admin token."""
+
+    def __init__(self, cluster: Cluster, config: FrontendConfig | None = None, token: str | None = None) -> None:
         self.cluster = cluster
-        self.host = host
-        self.requested_port = port
-        self.token = token or secrets.token_urlsafe(24)
+        self.config = config or FrontendConfig()
+        self.host = self.config.host
+        self.token, self.token_source = self._token(token)
         self.port: int | None = None
+        self.http_port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: grpc.aio.Server | None = None
+        self._health: ServingHealth | None = None
+        self._rest: RestServer | None = None
         self._routes: Routes | None = None
+        self._inference: FrontInference | None = None
+
+    def _token(self, token: str | None) -> tuple[str, str]:
+        if token is not None:
+            return token, "the caller"
+        cfg = self.config
+        if cfg.admin_token_file is not None or cfg.state_dir is not None:
+            return resolve_admin_token(cfg.server_config())
+        return secrets.token_urlsafe(24), "generated for this run (not written anywhere)"
+
+    @property
+    def tls(self) -> bool:
+        return self.config.tls_cert is not None
 
     @property
     def address(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return _host_port(self.host, self.port)
+
+    @property
+    def http_address(self) -> str:
+        """host:port of the OIP v2 REST API (what ``tritonclient.http`` takes)."""
+        return _host_port(self.host, self.http_port)
 
     def start(self) -> ClusterFrontend:
         self._loop = asyncio.new_event_loop()
@@ -563,14 +793,28 @@ class ClusterFrontend:
         self._thread.start()
         try:
             self.port = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
+            cfg = self.config
+            if cfg.http_port >= 0:
+                assert self._inference is not None
+                self._rest = RestServer(
+                    FrontRest(self._inference, self._loop),
+                    cfg.host,
+                    cfg.http_port,
+                    MAX_MESSAGE_BYTES,
+                    rest_tls(cfg.server_config()),
+                ).start()
+                self.http_port = self._rest.port
         except BaseException:
             self.stop()
             raise
-        log.info("cluster front end on %s", self.address)
+        log.info(
+            "cluster front end on %s (%s; REST port %s)", self.address, "TLS" if self.tls else "no TLS", self.http_port
+        )
         return self
 
     async def _start(self) -> int:
-        self._routes = Routes(self.cluster)
+        routes = self._routes = Routes(self.cluster)
+        self._inference = FrontInference(routes)
         server = grpc.aio.server(
             options=[
                 ("grpc.so_reuseport", 0),
@@ -579,22 +823,46 @@ class ClusterFrontend:
             ]
         )
         server.add_generic_rpc_handlers(
-            (FrontInference(self._routes).handler(), FrontAdmin(self._routes, AuthGuard(self.token)).handler())
+            (self._inference.handler(), FrontAdmin(routes, AuthGuard(self.token)).handler())
         )
-        where = f"[{self.host}]:{self.requested_port}" if ":" in self.host else f"{self.host}:{self.requested_port}"
+        self._health = await add_discovery(server, self._ready, (OIP_SERVICE, ADMIN_SERVICE))
+        cfg = self.config
+        where = _host_port(cfg.host, cfg.grpc_port)
+        credentials = grpc_server_credentials(cfg.server_config())
         try:
-            port = server.add_insecure_port(where)
+            if credentials is None:
+                port = server.add_insecure_port(where)
+            else:
+                port = server.add_secure_port(where, credentials)
         except RuntimeError:
-            raise ValueError(f"cannot listen on {where}: the port is in use; pick another with --grpc-port") from None
+            raise StartupError(
+                f"cannot listen on {where}: the port is in use (or the address is not this machine's); "
+                f"pick another with --grpc-port (0: any free port)"
+            ) from None
         await server.start()
         self._server = server
         return port
 
+    async def _ready(self) -> bool:
+        """SERVING while at least one GPU agent can be reached (per model: ModelReady)."""
+        assert self._routes is not None
+        try:
+            await asyncio.wait_for(self._routes.refresh(READY_MAX_AGE), READY_TIMEOUT)
+        except Exception as e:
+            log.warning("health check: the cluster could not be read: %r", e)
+            return False
+        return bool(self._routes.endpoints)
+
     def stop(self, grace: float = STOP_GRACE) -> None:
+        if self._rest is not None:
+            self._rest.stop()
+            self._rest = None
         if self._loop is None or self._thread is None or not self._thread.is_alive():
             return
 
         async def down() -> None:
+            if self._health is not None:  # health checkers see the shutdown before calls are refused
+                await self._health.enter_graceful_shutdown()
             if self._server is not None:
                 await self._server.stop(grace)
             if self._routes is not None:
@@ -610,3 +878,7 @@ class ClusterFrontend:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _host_port(host: str, port: int | None) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -6,9 +6,16 @@ imported only inside these functions.  The actors are thin: an agent actor *is*
 concurrently), the controller actor wraps :class:`~bless.cluster.controller.Controller`
 and reaches the agents by their actor names (:class:`RayAgents`).
 
-Resources: an agent on the simulated GPU takes one unit of the custom resource
-:data:`SIM_RESOURCE` and no CPU, so N simulated GPUs need a cluster that offers
-N units (``bless cluster up --gpus N`` starts one that does).
+Resources (:func:`agent_options`): an agent on the simulated GPU takes one unit of the
+custom resource :data:`SIM_RESOURCE` and no CPU, so N simulated GPUs need a cluster that
+offers N units (``bless cluster up --gpus N`` starts one that does); a CUDA agent takes one
+of Ray's GPUs (``num_gpus=1``: Ray sets the actor's ``CUDA_VISIBLE_DEVICES`` to it, so its
+backend sees that GPU as device 0).  The CUDA path is not run on a GPU by the tests yet.
+
+Reach: agents listen on loopback by default (the front end on the same node).  With
+``agent_host`` another address (``0.0.0.0``: every interface, which needs ``insecure``,
+as agents speak clear text), each agent advertises ``advertise_host`` or, left out, its
+node's IP as Ray knows it, and the front end may run on another node.
 
 Failures: every actor is named in :data:`NAMESPACE` (agents ``bless-agent-gpu-<i>``,
 the controller ``bless-controller``).  A call to a dead agent (Ray's
@@ -22,6 +29,7 @@ the state directory, which finds the agents by name.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -30,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bless.cluster.agent import AgentConfig, GpuAgent
+from bless.cluster.agent import WILDCARD_HOSTS, AgentConfig, GpuAgent
 from bless.cluster.controller import HEALTH_INTERVAL, STATE_FILE, AgentDown, Controller
 from bless.serving.server.admission import AdmissionLimits
 
@@ -161,6 +169,9 @@ class ControllerActor:
     def unregister(self, name: str) -> int:
         return self.controller.unregister(name)
 
+    def set_quota(self, name: str, quota: str) -> dict[str, Any]:
+        return self.controller.set_quota(name, quota)
+
     def infer(self, name: str, timeout: float | None = None) -> dict[str, Any]:
         return self.controller.infer(name, timeout)
 
@@ -210,6 +221,71 @@ def connect(address: str | None = None, **init: Any) -> Any:
     return ray
 
 
+@dataclasses.dataclass(frozen=True)
+class AgentReach:
+    """Where agents listen and what they advertise (see the module docstring)."""
+
+    host: str = "127.0.0.1"
+    advertise_host: str | None = None
+    insecure: bool = False
+
+
+def agent_options(backend: str) -> dict[str, Any]:
+    """The Ray resources of one agent actor: a simulated GPU (a unit of :data:`SIM_RESOURCE`)
+    or a real one (``num_gpus=1``); no CPU, as the GPU is what agents are placed by."""
+    if backend == "cuda":
+        return {"num_cpus": 0, "num_gpus": 1}
+    if backend == "sim":
+        return {"num_cpus": 0, "resources": {SIM_RESOURCE: 1}}
+    raise ValueError(f"--backend: sim or cuda, got {backend!r}")
+
+
+def check_resources(ray: Any, backend: str, gpus: int) -> None:
+    """ValueError unless the Ray cluster offers ``gpus`` GPUs of ``backend``'s kind, saying how to."""
+    if backend == "cuda":
+        have = ray.cluster_resources().get("GPU", 0)
+        if have < gpus:
+            raise ValueError(
+                f"the Ray cluster offers {have:g} GPUs, fewer than --gpus {gpus}; start its nodes on GPU machines "
+                f"(ray start --num-gpus N), or use --backend sim"
+            )
+        return
+    have = ray.cluster_resources().get(SIM_RESOURCE, 0)
+    if have < gpus:
+        raise ValueError(
+            f"the Ray cluster offers {have:g} simulated GPUs (resource {SIM_RESOURCE!r}), fewer than --gpus {gpus}; "
+            f"start its nodes with --resources '{{\"{SIM_RESOURCE}\": {gpus}}}'"
+        )
+
+
+class RayGpuAgent(GpuAgent):
+    """The agent actor: :class:`GpuAgent`, advertising its node's IP when it listens on every
+    interface and no address was given (the driver cannot know the node beforehand)."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        if config.advertise_host is None and config.grpc_host in WILDCARD_HOSTS:
+            config = dataclasses.replace(config, advertise_host=import_ray().util.get_node_ip_address())
+        super().__init__(config)
+
+
+def agent_config(
+    gpu_id: str, state_dir: Path, *, gpu: str, backend: str, warm_up: bool, reach: AgentReach
+) -> AgentConfig:
+    """The config of ``gpu_id``'s agent (its store in ``state_dir / gpu_id``), checked here,
+    in the driver, so a bad setting is an error that names its flag, not a dead actor."""
+    return AgentConfig(
+        gpu_id,
+        state_dir / gpu_id,
+        gpu=gpu,
+        backend=backend,
+        warm_up=warm_up,
+        grpc_host=reach.host,
+        grpc_port=0,
+        advertise_host=reach.advertise_host,
+        insecure=reach.insecure,
+    )
+
+
 def start_cluster(
     gpus: int,
     state_dir: Path,
@@ -219,29 +295,24 @@ def start_cluster(
     policy: str = "first-fit",
     kace_model: str | None = None,
     warm_up: bool = True,
+    reach: AgentReach = AgentReach(),
 ) -> Any:
     """Start ``gpus`` agents and the controller (detached, named) on the connected cluster;
     the controller's handle once every agent serves."""
     ray = import_ray()
-    if backend != "sim":
-        raise ValueError(f"--backend: this version of bless cluster runs simulated GPUs only (sim), got {backend!r}")
     if gpus < 1:
         raise ValueError(f"--gpus: at least 1, got {gpus}")
-    have = ray.cluster_resources().get(SIM_RESOURCE, 0)
-    if have < gpus:
-        raise ValueError(
-            f"the Ray cluster offers {have:g} simulated GPUs (resource {SIM_RESOURCE!r}), fewer than --gpus {gpus}; "
-            f"start its nodes with --resources '{{\"{SIM_RESOURCE}\": {gpus}}}'"
-        )
+    ids = [f"gpu-{i}" for i in range(gpus)]
+    state_dir = Path(state_dir)
+    configs = [agent_config(g, state_dir, gpu=gpu, backend=backend, warm_up=warm_up, reach=reach) for g in ids]
+    check_resources(ray, backend, gpus)
     try:
         ray.get_actor(CONTROLLER, namespace=NAMESPACE)
     except ValueError:
         pass
     else:
         raise ValueError("a bless cluster already runs on this Ray cluster: `bless cluster down` it first")
-    state_dir = Path(state_dir)
-    ids = [f"gpu-{i}" for i in range(gpus)]
-    agents = [_agent_actor(g, state_dir, gpu=gpu, backend=backend, warm_up=warm_up) for g in ids]
+    agents = [_agent_actor(c) for c in configs]
     try:
         ray.get([a.ping.remote() for a in agents], timeout=READY_TIMEOUT)
         controller = _controller_actor(state_dir, ids, policy, kace_model)
@@ -252,20 +323,19 @@ def start_cluster(
     return controller
 
 
-def _agent_actor(gpu_id: str, state_dir: Path, *, gpu: str, backend: str, warm_up: bool) -> Any:
-    """The named, detached agent actor of ``gpu_id`` (its store in ``state_dir / gpu_id``)."""
+def _agent_actor(config: AgentConfig) -> Any:
+    """The named, detached agent actor of ``config.gpu_id``."""
     ray = import_ray()
     return (
-        ray.remote(GpuAgent)
+        ray.remote(RayGpuAgent)
         .options(
-            name=agent_name(gpu_id),
+            name=agent_name(config.gpu_id),
             namespace=NAMESPACE,
             lifetime="detached",
-            num_cpus=0,
-            resources={SIM_RESOURCE: 1},
             max_concurrency=ACTOR_CONCURRENCY,
+            **agent_options(config.backend),
         )
-        .remote(AgentConfig(gpu_id, state_dir / gpu_id, gpu=gpu, backend=backend, warm_up=warm_up, grpc_port=0))
+        .remote(config)
     )
 
 
@@ -293,7 +363,13 @@ def _controller_actor(
 
 
 def start_agent(
-    gpu_id: str, state_dir: Path, *, gpu: str = "a100", backend: str = "sim", warm_up: bool = True
+    gpu_id: str,
+    state_dir: Path,
+    *,
+    gpu: str = "a100",
+    backend: str = "sim",
+    warm_up: bool = True,
+    reach: AgentReach = AgentReach(),
 ) -> dict[str, Any]:
     """Start the agent of ``gpu_id`` again (its previous actor dead) on its state directory and
     have it join the running controller: what the join did (``removed``: apps of its store that
@@ -305,7 +381,7 @@ def start_agent(
         pass
     else:
         raise ValueError(f"the agent of {gpu_id} runs already ({agent_name(gpu_id)!r})")
-    agent = _agent_actor(gpu_id, Path(state_dir), gpu=gpu, backend=backend, warm_up=warm_up)
+    agent = _agent_actor(agent_config(gpu_id, Path(state_dir), gpu=gpu, backend=backend, warm_up=warm_up, reach=reach))
     try:
         ray.get(agent.ping.remote(), timeout=READY_TIMEOUT)
     except BaseException:
@@ -412,6 +488,10 @@ class ClusterClient:
 
     def unregister(self, name: str) -> int:
         return call(self.controller, "unregister", name)
+
+    def set_quota(self, name: str, quota: str) -> dict[str, Any]:
+        """Change ``name``'s quota ("50%", "0.5"): checked against its GPU, stored, applied there."""
+        return call(self.controller, "set_quota", name, quota)
 
     def infer(self, name: str, timeout: float | None = None) -> dict[str, Any]:
         """One request through the controller: its timings and the GPU that ran it."""

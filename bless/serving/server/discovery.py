@@ -16,7 +16,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -30,24 +31,39 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-class ServingHealth(health.aio.HealthServicer):
-    """grpcio-health-checking's servicer, with Check following the serving loop's readiness."""
+Readiness = Callable[[], bool | Awaitable[bool]]
+"""Whether the server can serve now, asked on every Check: the serving loop's ``ready`` for
+``bless serve``; for the cluster's front end, whether any GPU agent can be reached (it asks
+the cluster, hence awaitable)."""
 
-    def __init__(self, core: ServingCore) -> None:
+
+class ServingHealth(health.aio.HealthServicer):
+    """grpcio-health-checking's servicer, with Check following the server's readiness."""
+
+    def __init__(self, ready: Readiness) -> None:
         super().__init__()
-        self.core = core
+        self.ready = ready
 
     async def Check(self, request: Any, context: Any) -> Any:
         response = await super().Check(request, context)
-        if not self.core.ready:
+        ready = self.ready()
+        if inspect.isawaitable(ready):
+            ready = await ready
+        if not ready:
             response.status = NOT_SERVING
         return response
 
 
-async def add_discovery(server: grpc.aio.Server, core: ServingCore, services: Sequence[str]) -> ServingHealth:
-    """Serve health (every one of ``services`` SERVING) and reflection (``services``, health,
-    reflection) on ``server``; returns the health servicer, to enter shutdown with."""
-    servicer = ServingHealth(core)
+def core_ready(core: ServingCore) -> Readiness:
+    """The readiness of a server with one serving loop: that loop's."""
+    return lambda: core.ready
+
+
+async def add_discovery(server: grpc.aio.Server, ready: Readiness, services: Sequence[str]) -> ServingHealth:
+    """Serve health (every one of ``services`` SERVING while ``ready``) and reflection
+    (``services``, health, reflection) on ``server``; returns the health servicer, to enter
+    shutdown with."""
+    servicer = ServingHealth(ready)
     for name in ("", *services):
         await servicer.set(name, SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)

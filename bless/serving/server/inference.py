@@ -201,6 +201,14 @@ class InferenceService:
     async def model_infer(self, request: Any, context: Any) -> bytes:
         return await self.infer(request, context.time_remaining())
 
+    async def check_model(self, name: str) -> None:
+        """NotFound unless ``name`` is served (the REST API answers 404 before reading a body)."""
+        self.core.lookup(name)
+
+    def not_ready_reason(self) -> str:
+        """Why the server is not ready, for the REST API's health answer."""
+        return self.core.failure or "it is starting or shutting down"
+
     async def infer(self, request: Any, timeout: float | None) -> bytes:
         """ModelInfer for either front end (gRPC, REST): the serialised response.  ``timeout``
         is the client's time left (None: no deadline); the request is dropped once it passes."""

@@ -11,7 +11,9 @@ the gRPC server calls, with the same protobuf messages (built by
 :mod:`bless.serving.server.rest_codec`), so a REST request is validated, queued,
 scheduled and counted exactly like a gRPC one.  Inference goes through
 :meth:`InferenceService.infer` (the client's deadline as a plain timeout); the other
-methods do not use their gRPC context, and REST passes ``None``.
+methods do not use their gRPC context, and REST passes ``None``.  The cluster's front end
+serves this same API over its router (:class:`OipService` is what both provide): each
+request goes to the agent of its model, as its gRPC requests do.
 
 **Stack: Starlette on uvicorn**, the ASGI pair under KServe's Python model server and
 Seldon's MLServer (both via FastAPI, which is Starlette plus request models).
@@ -56,7 +58,7 @@ import threading
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import uvicorn
@@ -68,7 +70,7 @@ from starlette.routing import Route
 
 from bless.serving.api import oip
 from bless.serving.server.errors import InvalidArgument, ServiceError
-from bless.serving.server.inference import MODEL_VERSION, NOT_APPLICABLE, InferenceService, check_version
+from bless.serving.server.inference import MODEL_VERSION, NOT_APPLICABLE, check_version
 from bless.serving.server.rest_codec import (
     HEADER_LENGTH,
     config_json,
@@ -188,10 +190,43 @@ def _not_applicable(rpc: str) -> Callable[[Request], Awaitable[Response]]:
     return refuse
 
 
-class RestApi:
-    """The endpoints, over one :class:`InferenceService`; :meth:`app` is the ASGI application."""
+class OipService(Protocol):
+    """What the REST API serves from, with the gRPC service's protobuf messages: the single
+    server's :class:`InferenceService`, or the cluster front end's router
+    (:class:`bless.cluster.frontend.FrontRest`), so both speak REST through this one module.
+    The handlers' gRPC ``context`` is None here (REST has no deadline)."""
 
-    def __init__(self, service: InferenceService, max_body: int) -> None:
+    async def server_live(self, request: Any, context: Any) -> Any: ...
+
+    async def server_ready(self, request: Any, context: Any) -> Any: ...
+
+    async def server_metadata(self, request: Any, context: Any) -> Any: ...
+
+    async def model_metadata(self, request: Any, context: Any) -> Any: ...
+
+    async def model_ready(self, request: Any, context: Any) -> Any: ...
+
+    async def model_config(self, request: Any, context: Any) -> Any: ...
+
+    async def model_statistics(self, request: Any, context: Any) -> Any: ...
+
+    async def repository_index(self, request: Any, context: Any) -> Any: ...
+
+    async def infer(self, request: Any, timeout: float | None) -> bytes:
+        """The serialised ModelInferResponse of ``request`` (ServiceError: why not)."""
+        ...
+
+    async def check_model(self, name: str) -> None:
+        """NotFound unless ``name`` is served."""
+        ...
+
+    def not_ready_reason(self) -> str: ...
+
+
+class RestApi:
+    """The endpoints, over one :class:`OipService`; :meth:`app` is the ASGI application."""
+
+    def __init__(self, service: OipService, max_body: int) -> None:
         self.service = service
         self.max_body = max_body
 
@@ -232,8 +267,7 @@ class RestApi:
     async def ready(self, request: Request) -> Response:
         if (await self.service.server_ready(oip.ServerReadyRequest(), None)).ready:
             return JSONResponse({"ready": True})
-        why = self.service.core.failure or "it is starting or shutting down"
-        return _error(NOT_READY, f"the server is not ready: {why}")
+        return _error(NOT_READY, f"the server is not ready: {self.service.not_ready_reason()}")
 
     async def server_metadata(self, request: Request) -> Response:
         body = message_json(await self.service.server_metadata(oip.ServerMetadataRequest(), None))
@@ -286,7 +320,7 @@ class RestApi:
     # ---------------------------------------------------------------- inference
     async def infer(self, request: Request) -> Response:
         name, version = self._model(request)
-        self.service.core.lookup(name)  # an unknown model is a 404 before its body is read, as in Triton
+        await self.service.check_model(name)  # an unknown model is a 404 before its body is read, as in Triton
         check_version(name, version)
         header, binary = split_body(await self._body(request), request.headers.get(HEADER_LENGTH))
         call = infer_call(name, version, header, binary)
@@ -363,7 +397,7 @@ class RestServer:
 
     def __init__(
         self,
-        service: InferenceService,
+        service: OipService,
         host: str,
         port: int,
         max_body: int,

@@ -119,6 +119,14 @@ def http_ssl_context(cfg: ServerConfig) -> ssl.SSLContext | None:
     return ctx
 
 
+def rest_tls(cfg: ServerConfig) -> tuple[str, str, str | None] | None:
+    """The certificate, key and optional client CA files for uvicorn (None: TLS off), checked
+    first by :func:`http_ssl_context` for a clear error."""
+    if http_ssl_context(cfg) is None:
+        return None
+    return str(cfg.tls_cert), str(cfg.tls_key), cfg.tls_client_ca and str(cfg.tls_client_ca)
+
+
 def grpc_server_credentials(cfg: ServerConfig) -> grpc.ServerCredentials | None:
     """The gRPC server's TLS credentials (None: TLS off), from the same settings as
     :func:`http_ssl_context` (which validates them first, for a clear error)."""

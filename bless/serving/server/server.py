@@ -26,7 +26,7 @@ from bless.serving.api import ADMIN_SERVICE, OIP_SERVICE
 from bless.serving.server.admin import AdminService
 from bless.serving.server.config import ServerConfig
 from bless.serving.server.core import ServingCore
-from bless.serving.server.discovery import ServingHealth, add_discovery
+from bless.serving.server.discovery import ServingHealth, add_discovery, core_ready
 from bless.serving.server.errors import StartupError
 from bless.serving.server.inference import InferenceService
 from bless.serving.server.metrics import ServerMetrics
@@ -37,6 +37,7 @@ from bless.serving.server.security import (
     grpc_server_credentials,
     http_ssl_context,
     resolve_admin_token,
+    rest_tls,
 )
 from bless.serving.server.store import StateStore
 
@@ -152,12 +153,7 @@ class BlessServer:
             self.grpc_port = asyncio.run_coroutine_threadsafe(self._start_grpc(platform), self._loop).result()
             if cfg.http_port >= 0:
                 rest = InferenceService(self.core, platform)  # stateless: the core is what both front ends share
-                tls = (
-                    (str(cfg.tls_cert), str(cfg.tls_key), cfg.tls_client_ca and str(cfg.tls_client_ca))
-                    if ssl_context
-                    else None
-                )
-                self._rest = RestServer(rest, cfg.host, cfg.http_port, cfg.max_message_bytes, tls).start()
+                self._rest = RestServer(rest, cfg.host, cfg.http_port, cfg.max_message_bytes, rest_tls(cfg)).start()
                 self.http_port = self._rest.port
             if cfg.metrics_port >= 0:
                 try:
@@ -197,7 +193,7 @@ class BlessServer:
                 AdminService(self.core, self.auth).handler(),
             )
         )
-        self._health = await add_discovery(server, self.core, (OIP_SERVICE, ADMIN_SERVICE))
+        self._health = await add_discovery(server, core_ready(self.core), (OIP_SERVICE, ADMIN_SERVICE))
         where = _address(self.config.host, self.config.grpc_port)
         credentials = grpc_server_credentials(self.config)
         try:
