@@ -86,8 +86,10 @@ def test_set_quota_through_the_front_end_is_checked_and_stored_by_the_controller
     assert ra.ClusterClient().placements()["a"]["spec"]["quota"] == pytest.approx(0.5)  # in the placements
     stored = json.loads((state_dir / "controller" / STATE_FILE).read_text())
     assert stored["apps"]["a"]["spec"]["quota"] == pytest.approx(0.5)  # what a restarted controller reads
-    c = admin.register("c", "vgg11", "40%")
+    c = admin.register("c", "vgg11", "40%", priority="best-effort")
     assert c.gpu == "gpu-0"
+    assert {app.name: app.priority for app in admin.apps().apps}["c"] == "best-effort"  # on its agent
+    assert ra.ClusterClient().placements()["c"]["spec"]["priority"] == "best-effort"  # stored
     with pytest.raises(grpc.RpcError) as e:  # 70% + c's 40% on gpu-0: refused by the controller
         admin.set_quota("a", "70%")
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION

@@ -184,6 +184,7 @@ class Controller:
         outputs: Sequence[tuple[str, str, Sequence[int]]] = DEFAULT_OUTPUTS,
         policy: str | None = None,
         dry_run: bool = False,
+        priority: str = "",
     ) -> dict[str, Any]:
         """Place and deploy an app; the placement as a dict (``gpu``, ``why``, ``scores``, ...).
 
@@ -202,7 +203,15 @@ class Controller:
             mechanism = gpus[0].mechanism if gpus else "mps"
             least = max(min_quota(get_gpu(m), mechanism) for m in models)
             spec = parse_app_spec(
-                name, profile, quota, memory_bytes, slo, [tuple(t) for t in inputs], [tuple(t) for t in outputs], least
+                name,
+                profile,
+                quota,
+                memory_bytes,
+                slo,
+                [tuple(t) for t in inputs],
+                [tuple(t) for t in outputs],
+                least,
+                priority,
             )
             if any(name in (a.name for a in g.apps) for g in gpus):
                 raise AlreadyExists(f"name: app {name!r} is already registered on a GPU; unregister it first")

@@ -586,7 +586,12 @@ class FrontAdmin:
         def tensors(specs: Any) -> list[tuple[str, str, list[int]]]:
             return [(t.name, t.datatype, list(t.shape)) for t in specs]
 
-        kwargs: dict[str, Any] = {"memory_bytes": request.memory_bytes, "slo": request.slo, "dry_run": request.dry_run}
+        kwargs: dict[str, Any] = {
+            "memory_bytes": request.memory_bytes,
+            "slo": request.slo,
+            "dry_run": request.dry_run,
+            "priority": request.priority,
+        }
         if request.inputs:
             kwargs["inputs"] = tensors(request.inputs)
         if request.outputs:
