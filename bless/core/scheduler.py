@@ -130,6 +130,10 @@ def build_squad(requests: list[Request], now: float, squad_size: int, pacing: bo
 # * beside restricted requests the top stays unrestricted only while they are
 #   projected to meet their deadlines (an unrestricted kernel keeps the SMs it
 #   took, so a capped neighbour only gets what it leaves); else it is capped;
+# * a request already past its deadline comes after every request that can still
+#   meet its own (in deadline order among themselves): under overload EDF would
+#   otherwise put an overloaded app's late requests first for good and make its
+#   neighbours late too (the domino effect); it still runs at its quota beside them;
 # * a request that can wait waits, leaving the GPU to the earlier deadline:
 #   one request finishes early, the other still on time, and two identical
 #   closed loops drift apart instead of into lockstep;
@@ -273,6 +277,9 @@ def build_deadline_squad(
     live = sorted((p for p in requests if p.request.scheduled < p.table.n_kernels), key=_rank)
     if not live:
         return PacedLaunch((), (), (), math.inf)
+    if live[0].deadline < now:  # past their deadlines (a prefix): behind those that can still meet theirs
+        late = next((i for i, p in enumerate(live) if p.deadline >= now), len(live))
+        live = live[late:] + live[:late]
     wake = now + window  # waiting requests are looked at again within a window
     # Who runs: the earliest deadline, and every request that cannot wait a window.
     top = live[0]
