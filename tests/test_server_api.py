@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 from prometheus_client.parser import text_string_to_metric_families
-from server_helpers import admin, make_server, profile_dir, server  # noqa: F401  (fixtures)
+from server_helpers import (  # noqa: F401  (fixtures)
+    admin,
+    code_of,
+    infer_future,
+    make_server,
+    profile_dir,
+    server,
+    wait_for,
+)
 
 from bless.serving.api import oip
 from bless.serving.client import BlessClient
@@ -235,6 +243,17 @@ def test_set_quota_moves_the_iso_target(admin):
     before = admin.register("a", "quick", "20%").app
     after = admin.set_quota("a", "1/2")
     assert after.quota == 0.5 and after.iso_latency_seconds < before.iso_latency_seconds
+
+
+def test_set_quota_with_requests_in_flight_loses_none(server, admin):
+    admin.register("a", "other", "30%")
+    admin.register("b", "quick", "30%")
+    sent = [infer_future(server.address, name) for _ in range(20) for name in ("a", "b")]
+    wait_for(lambda: any(s.state.active is not None for s in server.core.apps()), what="a request in the server")
+    admin.set_quota("a", "60%")  # the scheduler sets up again while both apps have requests
+    admin.set_quota("b", "20%")
+    assert [code_of(f) for f in sent] == [grpc.StatusCode.OK] * len(sent)
+    assert {a.name: round(a.quota, 2) for a in admin.apps().apps} == {"a": 0.6, "b": 0.2}
 
 
 def test_metrics_endpoint(server, admin):

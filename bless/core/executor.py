@@ -47,12 +47,7 @@ class Executor:
         self.manager = KernelManager(backend)
         policy.setup(apps, backend.gpu)
         for app in apps:
-            self.manager.deploy(
-                app,
-                policy.context_limits(app, backend.gpu),
-                policy.shared_partition(app),
-                policy.best_effort(app, backend.gpu),
-            )
+            self._deploy(app)
         self.squads: list[tuple[float, float, bool]] = []
         """Per squad: device duration, the determiner's estimate, restricted or not."""
         self.launched: set[Request] = set()
@@ -75,12 +70,22 @@ class Executor:
         apps = [*self.apps, app]
         self._ahead = None
         self.policy.setup(apps, self.backend.gpu)
-        gpu = self.backend.gpu
-        policy = self.policy
+        self._deploy(app)
+        self.apps.append(app)
+
+    def set_quota(self, app: AppState, quota: float) -> None:
+        """Give a deployed app a new quota (the server's SetQuota); the policy sets up again, so
+        what it derived from the quotas (pacing tables, interference margins) follows."""
+        app.set_quota(quota)
+        self._ahead = None
+        self.policy.setup(self.apps, self.backend.gpu)
+
+    def _deploy(self, app: AppState) -> None:
+        """Deploy ``app`` with the contexts its policy asks for."""
+        gpu, policy = self.backend.gpu, self.policy
         self.manager.deploy(
             app, policy.context_limits(app, gpu), policy.shared_partition(app), policy.best_effort(app, gpu)
         )
-        self.apps.append(app)
 
     def remove_app(self, app: AppState) -> list[Request]:
         """Undeploy an app whose kernels have all finished; returns its queued requests.

@@ -181,6 +181,13 @@ class PaceTable:
     def sms(self, row: int) -> int:
         return self.limits[row] if row < len(self.limits) else self.sm_count
 
+    def row_of(self, sm_limit: int | None) -> int:
+        """The row of the context restricted to ``sm_limit`` SMs (None or the whole GPU: the
+        unrestricted row); -1 if the app has no such context."""
+        if sm_limit is None or sm_limit == self.sm_count:
+            return self.full
+        return self.limits.index(sm_limit) if sm_limit in self.limits else -1
+
     def work(self, row: int, start: int, count: int) -> float:
         """Time kernels ``[start, start + count)`` take alone in the context of ``row``."""
         line = self.lines[row]

@@ -165,8 +165,7 @@ class BlessPolicy(Policy):
         (an app added or removed, a quota changed): its deadline and queued work stay."""
         app = paced.request.app
         tab = self._pace_tables.get(id(app.profile), paced.table)
-        last = paced.table.sms(paced.row) if paced.row >= 0 else None
-        row = tab.full if last == paced.table.sm_count else (tab.limits.index(last) if last in tab.limits else -1)
+        row = tab.row_of(paced.table.sms(paced.row)) if paced.row >= 0 else -1
         stretch = self._stretch.get(app.index, 1.0)
         return PacedRequest(
             paced.request, paced.deadline, tab, app.quota * tab.sm_count, stretch, row, paced.busy_until
@@ -218,17 +217,13 @@ class BlessPolicy(Policy):
         self._last_limit.pop(request.rid, None)
         self._paced.pop(request.rid, None)
 
-    def deadline(self, request: Request) -> float:
-        """The request's deadline: its finish in the ISO run of the same arrivals
-        (``max(arrival, the app's previous one) + T[quota]``), or ``arrival + SLO`` if earlier.
-
-        A best-effort app's requests have none (inf): deadline pacing runs them only
-        while no latency-critical request is active, beside what is already queued."""
-        return self._pacing_state(request).deadline
-
     def _pacing_state(self, request: Request) -> PacedRequest:
-        """The request's deadline-pacing state, made the first time it is asked for (its deadline
-        fixed then: its app's earlier requests were all asked for before it)."""
+        """The request's deadline-pacing state, made the first time it is asked for.
+
+        Its deadline is fixed then (its app's earlier requests were all asked for before it):
+        its finish in the ISO run of the same arrivals (``max(arrival, the app's previous one)
+        + T[quota]``), or ``arrival + SLO`` if earlier.  A best-effort app's requests have none
+        (inf): deadline pacing runs them only while no latency-critical request is active."""
         paced = self._paced.get(request.rid)
         if paced is None:
             app = request.app
@@ -250,8 +245,7 @@ class BlessPolicy(Policy):
         for e, d in zip(launch.launches, launch.durations):
             paced = known[e.request.rid]
             paced.busy_until = max(paced.busy_until, now) + d
-            tab = paced.table
-            paced.row = tab.full if e.sm_limit is None else tab.limits.index(e.sm_limit)
+            paced.row = paced.table.row_of(e.sm_limit)
         return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
 
     def _price(self, runs, ready):

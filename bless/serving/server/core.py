@@ -577,8 +577,8 @@ class ServingCore:
             raise FailedPrecondition(f"admission rejected quota {quota:.0%} for app {name!r}: {admission.reason}")
         spec = served.spec.with_quota(quota)
         self.store.update_spec(spec)
-        served.state.set_quota(quota)
         served.state.slo = trial.slo
+        self.executor.set_quota(served.state, quota)
         served.spec = spec
         served.stats.set_quota(quota)
         log.info("app %r: quota %.0f%%", name, quota * 100)
