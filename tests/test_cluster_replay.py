@@ -55,6 +55,16 @@ def test_every_app_is_replayed_exactly_once():
     assert sum(len(run.apps) for run in res.gpus.values()) == len(names)
 
 
+def test_a_best_effort_app_keeps_its_class_on_its_gpu():
+    apps = [
+        {"app": "resnet50", "quota": "1/2", "load": "B"},
+        {"app": "resnet50_train", "quota": "1/2", "load": {"type": "closed", "interval": 0}, "priority": "best-effort"},
+    ]
+    cfg = config(gpus=1, apps=apps)
+    run = gpu_run_config(cfg, "gpu-0", list(cfg.apps))
+    assert [a.priority for a in run.apps] == ["latency-critical", "best-effort"]
+
+
 def test_aggregates_match_the_per_gpu_runs():
     cfg = config()
     (res,) = replay_cluster(cfg, ["first-fit"])
@@ -120,6 +130,8 @@ def test_apps_no_gpu_can_take_are_reported_unplaced():
         ({"apps": [{"app": "bert", "quota": 2, "load": "B"}]}, "apps[0].quota"),
         ({"duration": -1}, "duration"),
         ({"apps": [{"app": "bert", "quota": 0.5, "load": "B", "name": "a b"}]}, "apps[0].name"),
+        ({"apps": [{"app": "bert", "quota": 0.5, "load": "B", "priority": "low"}]}, "apps[0].priority"),
+        ({"apps": [{"app": "bert", "quota": 0.5, "load": "B", "priority": "best-effort", "slo": "2x"}]}, "apps[0].slo"),
     ],
 )
 def test_config_errors_name_the_field(over, message):

@@ -442,7 +442,8 @@ def _replay(c, args, console) -> int:
             seen[base] = seen.get(base, 0) + 1
             name = base if seen[base] == 1 else f"{base}-{seen[base]}"
             if args.register:
-                r = c.register(name, spec.app, spec.quota, slo="" if spec.slo is None else str(spec.slo))
+                slo = "" if spec.slo is None else str(spec.slo)
+                r = c.register(name, spec.app, spec.quota, slo=slo, priority=spec.priority)
                 console.print(f"registered {name}: quota {r.app.quota:.0%}")
             loads.append(AppLoad(name, parse_load(spec.load, f"apps[{i}].load")))
     for item in args.load:

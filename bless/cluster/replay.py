@@ -45,8 +45,9 @@ from typing import Any
 import numpy as np
 
 from bless.cluster.placement import POLICIES, GpuState, PlacedApp, place, with_app
+from bless.core.lifecycle import LATENCY_CRITICAL
 from bless.documents import load_document
-from bless.harness.config import ConfigError, config_from_dict, parse_quota
+from bless.harness.config import ConfigError, config_from_dict, parse_priority, parse_quota
 from bless.harness.results import AppResult, RunResult
 from bless.harness.run import run_config
 from bless.profiles.catalog import load_app
@@ -78,6 +79,7 @@ class ClusterApp:
     quota: float
     load: Any
     slo: str | float | None = None
+    priority: str = LATENCY_CRITICAL
 
 
 @dataclass(frozen=True)
@@ -120,9 +122,9 @@ def cluster_config_from_dict(raw: Any) -> ClusterConfig:
         where = f"apps[{i}]"
         if not isinstance(a, dict):
             raise ConfigError(f"{where}: expected a mapping with app, quota and load")
-        extra = sorted(set(a) - {"name", "app", "quota", "load", "slo"})
+        extra = sorted(set(a) - {"name", "app", "quota", "load", "slo", "priority"})
         if extra:
-            raise ConfigError(f"{where}.{extra[0]}: unknown key; use name, app, quota, load, slo")
+            raise ConfigError(f"{where}.{extra[0]}: unknown key; use name, app, quota, load, slo, priority")
         if not isinstance(a.get("app"), str) or not a["app"]:
             raise ConfigError(f"{where}.app: expected an app name or a profile path")
         if "load" not in a:
@@ -142,7 +144,7 @@ def cluster_config_from_dict(raw: Any) -> ClusterConfig:
         load = copy.deepcopy(a["load"])
         if isinstance(load, dict) and str(load.get("type", "")).lower() == "trace" and "seed" not in load:
             load["seed"] = int(seed) * 1000 + i
-        apps.append(ClusterApp(name, a["app"], quota, load, a.get("slo")))
+        apps.append(ClusterApp(name, a["app"], quota, load, a.get("slo"), parse_priority(a, where)))
     cfg = ClusterConfig(
         apps=tuple(apps),
         gpus=gpus,
@@ -165,6 +167,8 @@ def _app_dict(a: ClusterApp) -> dict[str, Any]:
     out = {"app": a.app, "quota": a.quota, "load": copy.deepcopy(a.load)}
     if a.slo is not None:
         out["slo"] = a.slo
+    if a.priority != LATENCY_CRITICAL:
+        out["priority"] = a.priority
     return out
 
 
@@ -556,7 +560,7 @@ def replay_live(
     try:
         if register:
             for a in cfg.apps:
-                r = admin.register(a.name, a.app, a.quota, slo=_slo_text(a.slo))
+                r = admin.register(a.name, a.app, a.quota, slo=_slo_text(a.slo), priority=a.priority)
                 if not r.admission.accepted:
                     rejected[a.name] = r.admission.reason
         info = {app.name: app for app in admin.apps().apps}

@@ -151,6 +151,19 @@ def _mechanism(value: Any) -> str | None:
     raise ConfigError(f"mechanism: expected mps or green (or leave it out for the backend's choice), got {value!r}")
 
 
+def parse_priority(app: dict[str, Any], where: str) -> str:
+    """An app's priority class (``apps[i].priority``, latency-critical when left out), checked
+    against its SLO: a best-effort app has no latency target."""
+    priority = app.get("priority", LATENCY_CRITICAL)
+    if priority not in PRIORITIES:
+        raise ConfigError(f"{where}.priority: expected {' or '.join(PRIORITIES)} (or leave it out), got {priority!r}")
+    if priority == BEST_EFFORT and app.get("slo") is not None:
+        raise ConfigError(
+            f"{where}.slo: a best-effort app has no latency target; drop the slo or make it latency-critical"
+        )
+    return priority
+
+
 def config_from_dict(raw: Any) -> RunConfig:
     """Validate a parsed config mapping."""
     if not isinstance(raw, dict):
@@ -179,16 +192,7 @@ def config_from_dict(raw: Any) -> RunConfig:
         slo = a.get("slo")
         if slo is not None and not (isinstance(slo, str) and slo.strip().lower().endswith("x")):
             parse_seconds(slo, f"{where}.slo")
-        priority = a.get("priority", LATENCY_CRITICAL)
-        if priority not in PRIORITIES:
-            raise ConfigError(
-                f"{where}.priority: expected {' or '.join(PRIORITIES)} (or leave it out), got {priority!r}"
-            )
-        if priority == BEST_EFFORT and slo is not None:
-            raise ConfigError(
-                f"{where}.slo: a best-effort app has no latency target; drop the slo or make it latency-critical"
-            )
-        apps.append(AppSpec(a["app"], quota, a["load"], slo, priority))
+        apps.append(AppSpec(a["app"], quota, a["load"], slo, parse_priority(a, where)))
     total = sum(a.quota for a in apps)
     if total > 1 + 1e-9:
         raise ConfigError(f"apps[*].quota: quotas add up to {total:.0%} of the GPU; they must not exceed 100 %")
