@@ -220,8 +220,9 @@ throughput; 0.02 did no better."""
 
 @dataclass(slots=True)
 class PacedRequest:
-    """What deadline pacing needs to know of one active request (built every step: a
-    slotted, unfrozen class, four times cheaper to build than a frozen one)."""
+    """What deadline pacing knows of one active request: made at its first step and kept (the
+    policy updates ``row`` and ``busy_until`` as it launches), so its fixed readings (deadline
+    rank, quota row) are computed once, not at every step on the host's critical path."""
 
     request: Request
     deadline: float
@@ -324,9 +325,7 @@ def build_deadline_squad(
         row, priced = _top_row(picked, now, window, price)
         picked[0] = (top, row)
     # Restricted requests first: launched first, they find their SMs free.
-    order = (
-        sorted(range(len(picked)), key=lambda i: picked[i][1] == picked[i][0].table.full) if len(picked) > 1 else [0]
-    )
+    order = sorted(range(len(picked)), key=lambda i: picked[i][1] == picked[i][0].table.full)
     entries = []
     lines = []
     durations = []
@@ -407,8 +406,7 @@ def _top_row(
         rem = pt.rest(q, k)
         pace = pt.work(q, k, c) / max(end * p.stretch, 1e-12)
         # Done at its window's pace while the top runs, or the rest at full-GPU speed after it.
-        after = top_end + (rem - pace * top_end) * pt.rest(pt.full, k) / rem
-        finish = rem / pace if pace * top_end >= rem else after
+        finish = rem / pace if pace * top_end >= rem else top_end + (rem - pace * top_end) * pt.rest(pt.full, k) / rem
         if now + finish + window > p.deadline:
             capped = max(0, tab.first_row_at_most(tab.sm_count - sum(p.table.sms(r) for p, r in picked[1:])))
             counts, ends = walk(capped)
