@@ -6,12 +6,13 @@ import pytest
 from bless.cli import main
 from bless.harness.bound import (
     BoundError,
+    Frontier,
     bound_for_config,
-    closed_latencies,
+    closed_loop_bound,
     fcfs_floor_bound,
     latency_bounds,
     mean_busy_time_bound,
-    request_demand,
+    request_frontier,
 )
 from bless.harness.config import ConfigError, config_from_dict
 from bless.harness.run import run_config
@@ -33,6 +34,16 @@ CONFIGS = {
         {"app": "resnet50", "quota": "1/3", "load": "A"},
         {"app": "bert", "quota": "1/3", "load": "A"},
         {"app": "vgg11", "quota": "1/3", "load": "A"},
+    ],
+    # BERT scales poorly (T[50 %] / T[100 %] = 1.37): at its floor a request occupies 1.7x its least work.
+    "bert pair, A": [
+        {"app": "bert", "quota": 0.5, "load": "A"},
+        {"app": "bert", "quota": 0.5, "load": "A"},
+    ],
+    "mixed quotas, A": [
+        {"app": "bert", "quota": 0.6, "load": "A"},
+        {"app": "resnet50", "quota": 0.1, "load": "A"},
+        {"app": "resnet101", "quota": 0.3, "load": "A"},
     ],
     "closed and open": [
         {"app": "resnet101", "quota": 0.6, "load": "A"},
@@ -96,20 +107,98 @@ def test_mean_busy_time_bound_by_hand():
     assert mean_busy_time_bound([np.array([0.0]), np.array([0.5])], [2.0, 1.0]) == pytest.approx(3.75)
 
 
-def test_closed_latencies_meet_the_capacity_and_nothing_feasible_is_lower():
-    floors = np.array([0.008, 0.0135, 0.010])
-    sizes = np.array([0.0053, 0.0075, 0.0085])
-    thinks = floors / 3
-    clients = np.ones(3)
-    np.testing.assert_allclose(closed_latencies(floors, sizes, floors * 10, clients), floors)  # light: floors
-    best = closed_latencies(floors, sizes, thinks, clients)
-    assert np.all(best >= floors)
-    assert np.sum(sizes / (best + thinks)) == pytest.approx(1.0)
+def envelope(points: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Least work of a mix of ``points`` (rows (duration, work)) lasting at most ``at``: the lower-left hull, by brute force."""
+    d, w = points[:, 0], points[:, 1]
+    out = []
+    for x in at:
+        best = w[d <= x].min(initial=np.inf)  # one point, slowed down
+        lo, hi = (d[:, None] <= x) & (d[None, :] > x), d[None, :] - d[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            chord = w[:, None] + (w[None, :] - w[:, None]) * (x - d[:, None]) / hi
+        out.append(min(best, chord[lo].min(initial=np.inf)))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_frontier_is_the_envelope_of_every_allocation_choice(seed):
+    rng = np.random.default_rng(seed)
+    sms, kernels = 6, 3
+    solo = np.minimum.accumulate(rng.uniform(0.5, 3.0, (sms, kernels)), axis=0)
+    held = np.minimum(rng.integers(0, sms + 1, kernels)[None, :], np.arange(1, sms + 1)[:, None])
+    frontier = request_frontier(solo, held)
+    choices = np.array(np.meshgrid(*[np.arange(sms)] * kernels, indexing="ij")).reshape(kernels, -1).T
+    k = np.arange(kernels)
+    points = np.array([(solo[c, k].sum(), (held * solo)[c, k].sum()) for c in choices])
+    for duration, work in points:  # no choice needs less than g of its duration
+        assert frontier(duration) <= work + 1e-12
+    at = np.concatenate([frontier.durations, rng.uniform(frontier.floor, 1.2 * points[:, 0].max(), 50)])
+    np.testing.assert_allclose(frontier(at), envelope(points, at), rtol=1e-12, atol=1e-12)
+    assert frontier.floor == pytest.approx(solo.min(axis=0).sum())
+    assert frontier.work == pytest.approx((held * solo).min(axis=0).sum())
+    assert frontier(frontier.floor * 0.99) == np.inf
+
+
+def test_frontier_of_a_copy_is_its_duration_alone():
+    solo = np.array([[2.0, 1.0], [1.5, 1.0]])  # a kernel (1 SM: 2 s, 2 SMs: 1.5 s), then a 1 s copy
+    frontier = request_frontier(solo, np.array([[1.0, 0.0], [2.0, 0.0]]))
+    np.testing.assert_allclose(frontier.durations, [2.5, 3.0])
+    np.testing.assert_allclose(frontier.works, [3.0, 2.0])
+    assert frontier(2.75) == pytest.approx(2.5)
+    assert frontier(10.0) == frontier.work == 2.0
+
+
+def test_frontiers_of_the_apps_are_fast_and_cost_more_work_at_full_speed():
+    from bless.harness.bound import profile_frontier
+    from bless.hw.gpus import get_gpu
+
+    gpu = get_gpu("a100")
+    bert = profile_frontier(load_app("bert", "a100"), gpu)
+    assert bert.works[0] > 1.5 * bert.work  # poorly scaling: running at full speed costs SM-seconds
+    assert np.all(np.diff(bert.durations) > 0) and np.all(np.diff(bert.works) <= 1e-12)
+    slopes = np.diff(bert.works) / np.diff(bert.durations)
+    assert np.all(np.diff(slopes) >= -1e-9 * np.abs(slopes[:-1]))  # convex
+
+
+def random_frontier(rng, floor):
+    """A convex, non-increasing frontier from ``floor`` with a few pieces."""
+    steps = rng.uniform(0.001, 0.01, 4)
+    drops = np.sort(-rng.uniform(0.0, 60.0, 4)) * steps  # slopes increasing: convex
+    works = rng.uniform(0.3, 0.8) - drops.sum() + np.concatenate([[0.0], np.cumsum(drops)])
+    return Frontier(durations=floor + np.concatenate([[0.0], np.cumsum(steps)]), works=works)
+
+
+def test_closed_loop_bound_meets_the_capacity_and_nothing_feasible_is_lower():
     rng = np.random.default_rng(0)
-    for _ in range(2000):
+    floors = np.array([0.008, 0.0135, 0.010])
+    frontiers = [random_frontier(rng, f) for f in floors]
+    for f in frontiers:  # the helper made what the bound needs
+        assert np.all(np.diff(f.works) <= 0) and np.all(np.diff(np.diff(f.works) / np.diff(f.durations)) >= 0)
+    clients = [1, 2, 1]
+    latencies, total = closed_loop_bound(frontiers, floors * 10, clients, 108)
+    np.testing.assert_allclose(latencies, floors)  # light: the floors
+    assert total == pytest.approx(floors.sum())
+
+    thinks = floors / 3
+
+    def used(lat):
+        return sum(c * f(x) / (108 * (x + z)) for f, c, x, z in zip(frontiers, clients, lat, thinks))
+
+    latencies, total = closed_loop_bound(frontiers, thinks, clients, 108)
+    assert np.all(latencies >= floors)
+    assert used(latencies) == pytest.approx(1.0) and used(latencies) <= 1.0
+    assert total <= latencies.sum() <= total * (1 + 1e-9)
+    for _ in range(3000):
         trial = floors + rng.uniform(0.0, 0.03, 3)
-        if np.sum(sizes / (trial + thinks)) <= 1.0:
-            assert trial.sum() >= best.sum() - 1e-12
+        if used(trial) <= 1.0:
+            assert trial.sum() >= total
+
+
+def test_closed_loop_bound_with_a_flat_frontier_is_the_throughput_bound():
+    flat = Frontier(durations=np.array([0.01]), works=np.array([0.54]))  # 5 ms of the whole GPU
+    for clients, think in [(1, 0.0), (4, 0.002), (10, 0.01)]:
+        _, total = closed_loop_bound([flat], [think], [clients], 108)
+        assert total == pytest.approx(max(0.01, clients * 0.005 - think), rel=1e-9)
 
 
 def test_bad_input_names_the_field(tmp_path, capsys):
@@ -120,7 +209,9 @@ def test_bad_input_names_the_field(tmp_path, capsys):
     with pytest.raises(BoundError, match="^arrivals: "):
         fcfs_floor_bound(np.array([1.0, 0.5]), floor=0.1, size=0.1)
     with pytest.raises(BoundError, match="^held: "):
-        request_demand(np.ones((4, 2)), np.ones((4, 3)))
+        request_frontier(np.ones((4, 2)), np.ones((4, 3)))
+    with pytest.raises(BoundError, match="^thinks >= 0"):
+        closed_loop_bound([Frontier(np.array([1.0]), np.array([1.0]))], [-1.0], [1], 108)
     path = tmp_path / "empty.yaml"
     path.write_text("apps: []\n")
     assert main(["bound", str(path)]) == 2

@@ -6,21 +6,33 @@ cannot undercut whatever the policy does, and a bound on the mean over apps
 (the runs' ``mean_latency_ms``).  Host costs, launch gaps, context switches
 and interference are left out: they only add time.
 
-What a request needs (:func:`request_demand`)
+What a request needs (:func:`request_frontier`)
     A request's kernels run one after the other (the kernel manager chains
     them).  While kernel ``k`` runs it progresses at most at the speed
     ``1 / solo_k[a]`` for some SM count ``a`` and holds at least
-    ``min(max_sms_k, a)`` SMs (``solo`` is the profile curve made
+    ``held_k[a] = min(max_sms_k, a)`` SMs (``solo`` is the profile curve made
     non-increasing; on the simulated GPU ``a`` is the SMs available under an
     MPS cap, or ``N`` once the kernel holds all the SMs it can use;
-    interference only slows it).  So a request lasts at least
-    ``floor = sum_k min_a solo_k[a]`` and occupies at least
-    ``work = sum_k min_a min(max_sms_k, a) * solo_k[a]`` SM-seconds.  The GPU
-    holds at most ``N`` SMs at any time, so in units of the whole GPU a request
-    is a job of size ``p = work / N`` seconds on one machine of speed 1 that
-    may share itself among jobs (a fluid machine): projecting any real schedule
-    onto that machine gives a feasible fluid schedule in which each job runs
-    between its arrival and its real completion.
+    interference only slows it; a copy holds none).  If the kernel spends
+    ``t_a`` seconds at ``a`` SMs it needs ``sum_a t_a / solo_k[a] >= 1`` to
+    finish, so with ``m_a = t_a / solo_k[a]`` it lasts at least
+    ``sum_a m_a d_a`` and occupies at least ``sum_a m_a w_a`` SM-seconds,
+    ``(d_a, w_a) = (solo_k[a], held_k[a] * solo_k[a])``; scaling the ``m_a``
+    down to sum to 1 lowers both, so the pair is at least a point of the
+    convex hull of the ``(d_a, w_a)``: in ``D_k`` seconds the kernel occupies
+    at least ``g_k(D_k)``, the hull's lower envelope (convex, non-increasing,
+    flat from its least work on).  The request, lasting ``D >= sum_k D_k``,
+    occupies at least ``g(D) = min {sum_k g_k(D_k) : sum_k D_k <= D}``, the
+    Minkowski sum of the envelopes (their segments in increasing slope):
+    convex and non-increasing from ``floor = sum_k min_a solo_k[a]`` (the
+    fastest a request can be) down to ``work = sum_k min_a w_a`` (the most
+    SM-frugal, however slow).  Running fast costs SM-seconds: for BERT ``g``
+    is 1.7 x ``work`` at its floor, 1.3 x at 1.2 x its floor.  The GPU holds
+    at most ``N`` SMs at any time, so in units of the whole GPU a request is
+    a job of size at least ``p = work / N`` seconds on one machine of speed 1
+    that may share itself among jobs (a fluid machine): projecting any real
+    schedule onto that machine gives a feasible fluid schedule in which each
+    job runs between its arrival and its real completion.
 
 Open loops (Poisson, traces: the arrival times are known)
     Only requests arriving in ``[warmup, duration)`` are measured; the others
@@ -47,13 +59,32 @@ Open loops (Poisson, traces: the arrival times are known)
 Closed loops (workloads A/B/C: a client waits ``Z`` after each answer)
     Arrivals follow completions, so the bound is on throughput: ``c_i``
     clients with mean latency ``L_i`` complete ``c_i / (L_i + Z_i)`` requests
-    per second, and the GPU's capacity gives ``sum_i c_i p_i / (L_i + Z_i) <= 1``
-    with ``L_i >= floor_i``.  Per app (the others left out) that is
-    ``max(floor_i, c_i p_i - Z_i)``, the floor for one client (``p_i <= floor_i``);
-    the bound on the sum of the means is the minimum of ``sum_i L_i`` under
-    the joint constraint, a convex problem solved exactly by
-    :func:`closed_latencies`.  Open apps' work is left out of the
-    constraint (a scheduler may postpone it), which keeps it valid.
+    per second.  A request of latency ``L_j`` lasts at most ``L_j`` on the GPU,
+    so it occupies at least ``g_i(L_j)`` (``g_i`` is non-increasing), and by
+    Jensen (``g_i`` is convex) the app's requests occupy on average at least
+    ``g_i(L_i)``.  The GPU's capacity gives ``sum_i h_i(L_i) <= 1`` with
+    ``h_i(L) = c_i g_i(L) / (N (L + Z_i))`` and ``L_i >= floor_i``.  Each
+    ``h_i`` is a product of two non-negative, non-increasing convex functions,
+    hence convex (on a piece of ``g_i`` the second derivative is
+    ``g'' u + 2 g' u' + g u'' >= 0`` with ``u = 1 / (L + Z_i)``, and at a kink
+    ``u > 0`` times the jump of ``g'_i``, which is positive), so the least
+    ``sum_i L_i`` under the constraint is a convex problem.  For every
+    multiplier ``mu >= 0`` the Lagrangian dual ``sum_i min_{L >= floor_i}
+    (L + mu h_i(L)) - mu`` is a lower bound on it (weak duality, whatever the
+    convexity), each inner minimum is in closed form on the piece of ``g_i``
+    where ``L + mu h_i`` turns up, and bisection on ``mu`` finds the dual's
+    maximum, which equals the least sum (:func:`closed_loop_bound`).  Per app
+    (the others left out) the same with one app gives the app's bound; the
+    bound on the sum of the means is the joint one.  With ``g_i`` replaced by
+    its least value ``work_i`` this is the throughput bound ``max(floor_i,
+    c_i p_i - Z_i)`` per app; ``g_i >= work_i`` only raises it.  Open apps'
+    work is left out of the constraint (a scheduler may postpone it), which
+    keeps it valid.  The open-loop bounds still use ``floor`` and ``work``
+    alone: a request that waits may run frugally, so ``g`` only matters for
+    requests served at once, and the argument that would use it (at time
+    ``t`` each finished request has used at least ``g`` of its age, which
+    caps how many of the recent arrivals can be done: a max-on-time-jobs
+    problem per instant) is not implemented.
 
 Assumptions (where one fails, a measured mean can undercut the bound by about the amount said):
 
@@ -94,16 +125,6 @@ if TYPE_CHECKING:
 
 class BoundError(ValueError):
     """Input the bound cannot be computed from; the message names the field."""
-
-
-@dataclass(frozen=True)
-class Demand:
-    """The least one request of an app needs of the GPU."""
-
-    floor: float
-    """Seconds: every kernel at its fastest, back to back (the request alone on the whole GPU)."""
-    work: float
-    """SM-seconds: every kernel at its most SM-frugal allocation."""
 
 
 @dataclass(frozen=True)
@@ -155,13 +176,47 @@ class BoundResult:
         return per_app, float(np.mean([a.mean for a in result.apps])) / self.mean
 
 
-# ------------------------------------------------------------------ demand
-def request_demand(solo: np.ndarray, held: np.ndarray) -> Demand:
-    """Floor and work of a request from its kernels' curves.
+# ------------------------------------------------------------------ frontier
+@dataclass(frozen=True)
+class Frontier:
+    """The least SM-seconds ``g(D)`` one request of an app occupies if its kernels run for ``D`` seconds in all.
+
+    Piecewise linear, convex and non-increasing between its breakpoints,
+    constant (``work``) after the last; undefined (inf) below ``floor``.
+    """
+
+    durations: np.ndarray
+    """Breakpoints ``D`` (seconds), increasing, from ``floor`` to the least ``D`` at which ``g`` reaches ``work``."""
+    works: np.ndarray
+    """``g`` at ``durations`` (SM-seconds), non-increasing: the work at full speed down to ``work``."""
+
+    @property
+    def floor(self) -> float:
+        """Seconds: every kernel at its fastest, back to back (the request alone on the whole GPU)."""
+        return float(self.durations[0])
+
+    @property
+    def work(self) -> float:
+        """SM-seconds: every kernel at its most SM-frugal allocation, however long that takes."""
+        return float(self.works[-1])
+
+    def __call__(self, duration: np.ndarray | float) -> np.ndarray:
+        """``g`` at ``duration`` (seconds; inf below ``floor``)."""
+        d = np.asarray(duration, dtype=float)
+        return np.where(d < self.durations[0], math.inf, np.interp(d, self.durations, self.works))
+
+
+def request_frontier(solo: np.ndarray, held: np.ndarray) -> Frontier:
+    """The frontier of a request from its kernels' curves.
 
     ``solo[a - 1, k]``: kernel ``k``'s duration with ``a`` SMs available, ``a = 1..N``;
     ``held[a - 1, k]``: the SMs it occupies meanwhile (0 for a copy, which runs
-    on the copy engine).  Shapes ``(N, K)``.
+    on the copy engine).  Shapes ``(N, K)``.  Each kernel's points
+    ``(solo, held * solo)`` are reduced to their lower convex envelope,
+    walked from the fastest point (the least work among the fastest) by the
+    steepest descent to the next point, all kernels at once; the request's
+    frontier is the sum of those envelopes, their segments taken in
+    increasing slope.
     """
     solo = np.asarray(solo, dtype=float)
     held = np.asarray(held, dtype=float)
@@ -173,15 +228,44 @@ def request_demand(solo: np.ndarray, held: np.ndarray) -> Demand:
         raise BoundError("solo: kernel durations must be positive and finite")
     if np.any(held < 0):
         raise BoundError("held: SM counts must be >= 0")
-    return Demand(floor=float(solo.min(axis=0).sum()), work=float((held * solo).min(axis=0).sum()))
+    d = solo.T  # (K, N)
+    w = (held * solo).T
+    fastest = d.min(axis=1)
+    cur_d = fastest.copy()
+    cur_w = np.where(d == fastest[:, None], w, math.inf).min(axis=1)
+    start = float(cur_d.sum()), float(cur_w.sum())
+    steps_d: list[np.ndarray] = []
+    steps_w: list[np.ndarray] = []
+    live = np.arange(len(d))  # kernels whose envelope still descends
+    while len(live):
+        dd = d[live] - cur_d[live, None]
+        dw = w[live] - cur_w[live, None]
+        down = (dd > 0) & (dw < 0)
+        slope = np.where(down, dw / np.where(down, dd, 1.0), math.inf)
+        nxt = slope.argmin(axis=1)
+        rows = np.arange(len(live))
+        moves = np.isfinite(slope[rows, nxt])
+        live, nxt, rows = live[moves], nxt[moves], rows[moves]
+        steps_d.append(dd[rows, nxt])
+        steps_w.append(dw[rows, nxt])
+        cur_d[live] = d[live, nxt]
+        cur_w[live] = w[live, nxt]
+    step_d = np.concatenate(steps_d)
+    step_w = np.concatenate(steps_w)
+    order = np.argsort(step_w / step_d, kind="stable")
+    durations = start[0] + np.concatenate([[0.0], np.cumsum(step_d[order])])
+    works = start[1] + np.concatenate([[0.0], np.cumsum(step_w[order])])
+    # A step too short to move the sum in floating point: keep the lower of the works at one duration.
+    kept = np.append(np.diff(durations) > 0, True)
+    return Frontier(durations=durations[kept], works=np.maximum(works[kept], 0.0))
 
 
-def profile_demand(profile: Profile, gpu: GpuSpec) -> Demand:
-    """:func:`request_demand` of ``profile`` on ``gpu``, read as the simulated GPU reads it (:mod:`bless.profiles.features`)."""
+def profile_frontier(profile: Profile, gpu: GpuSpec) -> Frontier:
+    """:func:`request_frontier` of ``profile`` on ``gpu``, read as the simulated GPU reads it (:mod:`bless.profiles.features`)."""
     solo = features.solo_curves(profile, gpu)[1:]
     cap = features.max_sms(profile, gpu)
     held = np.minimum(cap[None, :], np.arange(1, gpu.sm_count + 1)[:, None])
-    return request_demand(solo, held)
+    return request_frontier(solo, held)
 
 
 # ------------------------------------------------------------------ open loops
@@ -259,65 +343,119 @@ def mean_busy_time_bound(arrivals: Sequence[np.ndarray], sizes: Sequence[float])
 
 
 # ------------------------------------------------------------------ closed loops
-def closed_latencies(floors: np.ndarray, sizes: np.ndarray, thinks: np.ndarray, clients: np.ndarray) -> np.ndarray:
-    """The mean latencies ``L`` that minimise ``sum L`` subject to the GPU's capacity.
+@dataclass(frozen=True)
+class _ClosedApp:
+    """One closed-loop app's share of the GPU's capacity, ``h(L) = clients * g(L) / (N * (L + think))``.
 
-    Constraint: ``sum_i clients_i * sizes_i / (L_i + thinks_i) <= 1`` and
-    ``L_i >= floors_i`` (sizes in seconds of the whole GPU).  Stationarity gives
-    ``L_i = max(floor_i, sqrt(mu * d_i) - Z_i)`` with ``d_i = clients_i * sizes_i``;
-    apps join the active set in the order of ``(floor_i + Z_i)^2 / d_i``, and for
-    the active set that meets the constraint with equality ``sqrt(mu)`` is closed-form.
+    On piece ``j`` of ``g`` (slope ``s_j <= 0``), ``h(L) = clients * s_j / N + a_j / (L + think)``
+    with ``a_j = clients * (g(L) - s_j * (L + think)) / N >= 0``, the same all along
+    the piece, so ``L + mu * h(L)`` is least at ``sqrt(mu * a_j) - think`` clipped to
+    the piece on which its slope changes sign.
     """
-    f, p, z, c = (np.asarray(x, dtype=float) for x in (floors, sizes, thinks, clients))
-    if not f.shape == p.shape == z.shape == c.shape or f.ndim != 1 or len(f) == 0:
-        raise BoundError("floors, sizes, thinks, clients: expected equal-length non-empty vectors")
-    if np.any(f <= 0) or np.any(p < 0) or np.any(z < 0) or np.any(c < 1):
-        raise BoundError("floors > 0, sizes >= 0, thinks >= 0 and clients >= 1 are required")
-    d = c * p
-    at_floor = d / (f + z)
-    if at_floor.sum() <= 1.0:
-        return f.copy()
-    with np.errstate(divide="ignore"):
-        threshold = np.where(d > 0, (f + z) ** 2 / d, math.inf)
-    order = np.argsort(threshold, kind="stable")
-    for k in range(1, len(f) + 1):
-        room = 1.0 - at_floor[order[k:]].sum()  # capacity left by the apps still at their floors
-        if room > 0 and (k == len(f) or (np.sqrt(d[order[:k]]).sum() / room) ** 2 <= threshold[order[k]]):
-            break
-    active = order[:k]
-    root = np.sqrt(d[active]).sum() / room  # sqrt(mu)
-    out = f.copy()
-    out[active] = np.maximum(f[active], root * np.sqrt(d[active]) - z[active])
-    return out
+
+    frontier: Frontier
+    think: float
+    clients: int
+    sm_count: int
+    starts: np.ndarray
+    """Where each piece of ``g`` starts: the frontier's breakpoints (the last piece, flat, has no end)."""
+    ends: np.ndarray
+    """Where each piece ends (inf for the last)."""
+    a: np.ndarray
+    """``a_j`` per piece."""
+    steepness: np.ndarray
+    """``-h'`` at each piece's start, non-increasing (``h`` is convex)."""
+
+    @classmethod
+    def of(cls, frontier: Frontier, think: float, clients: int, sm_count: int) -> _ClosedApp:
+        d, w = frontier.durations, frontier.works
+        slope = np.append(np.diff(w) / np.diff(d), 0.0)
+        a = np.maximum(clients * (w - slope * (d + think)) / sm_count, 0.0)
+        steep = np.minimum.accumulate(a / (d + think) ** 2)
+        return cls(frontier, think, clients, sm_count, d, np.append(d[1:], math.inf), a, steep)
+
+    def share(self, latency: float) -> float:
+        """``h(latency)``: the fraction of the GPU the app's clients occupy at that mean latency."""
+        return float(self.clients * self.frontier(latency) / (self.sm_count * (latency + self.think)))
+
+    def best(self, mu: float) -> float:
+        """The latency ``L >= floor`` that minimises ``L + mu * h(L)``."""
+        j = int(np.searchsorted(-self.steepness, -1.0 / mu, side="left")) if mu > 0 else 0
+        if j == 0:
+            return float(self.starts[0])
+        return float(np.clip(math.sqrt(mu * self.a[j - 1]) - self.think, self.starts[j - 1], self.ends[j - 1]))
+
+
+def closed_loop_bound(
+    frontiers: Sequence[Frontier], thinks: Sequence[float], clients: Sequence[int], sm_count: int
+) -> tuple[np.ndarray, float]:
+    """The least ``sum L`` subject to the GPU's capacity, and mean latencies ``L`` that come within rounding of it.
+
+    Constraint: ``sum_i h_i(L_i) <= 1`` with ``h_i(L) = clients_i * g_i(L) / (sm_count * (L + thinks_i))``
+    (``g_i``: ``frontiers[i]``) and ``L_i >= floor_i``.  Each ``h_i`` is convex, so
+    for every multiplier ``mu >= 0`` the Lagrangian ``sum_i min_L (L + mu h_i(L)) - mu``
+    is a lower bound on the least sum (weak duality) and at the best ``mu``
+    equals it; ``mu`` is found by bisection on the capacity the minimisers use.
+    Returns the minimisers at the feasible end of the bisection and the larger of
+    the two ends' dual values, which is the bound.
+    """
+    if not len(frontiers) == len(thinks) == len(clients) or len(frontiers) == 0:
+        raise BoundError("frontiers, thinks, clients: expected equal-length non-empty sequences")
+    if any(z < 0 for z in thinks) or any(c < 1 for c in clients) or sm_count < 1:
+        raise BoundError("thinks >= 0, clients >= 1 and sm_count >= 1 are required")
+    apps = [_ClosedApp.of(f, float(z), int(c), sm_count) for f, z, c in zip(frontiers, thinks, clients)]
+
+    def latencies(mu: float) -> np.ndarray:
+        return np.array([x.best(mu) for x in apps])
+
+    def used(mu: float) -> float:
+        return sum(x.share(lat) for x, lat in zip(apps, latencies(mu)))
+
+    def dual(mu: float) -> float:
+        return sum(lat + mu * x.share(lat) for x, lat in zip(apps, latencies(mu))) - mu
+
+    if used(0.0) <= 1.0:
+        return latencies(0.0), float(sum(f.floor for f in frontiers))
+    lo, hi = 0.0, 1.0
+    while used(hi) > 1.0:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1e-13 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if used(mid) > 1.0 else (lo, mid)
+    return latencies(hi), max(dual(lo), dual(hi))
 
 
 # ------------------------------------------------------------------ combining
-def latency_bounds(demands: Sequence[Demand], loads: Sequence[LoadShape], sm_count: int) -> tuple[np.ndarray, float]:
+def latency_bounds(
+    frontiers: Sequence[Frontier], loads: Sequence[LoadShape], sm_count: int
+) -> tuple[np.ndarray, float]:
     """Per-app bounds and the bound on the mean over apps (see the module docstring)."""
-    if not demands:
+    if not frontiers:
         raise BoundError("apps: need at least one app")
-    if len(loads) != len(demands):
-        raise BoundError(f"loads: expected one per app ({len(demands)}), got {len(loads)}")
+    if len(loads) != len(frontiers):
+        raise BoundError(f"loads: expected one per app ({len(frontiers)}), got {len(loads)}")
     if sm_count < 1:
         raise BoundError(f"sm_count: expected a positive number of SMs, got {sm_count}")
-    sizes = np.array([d.work / sm_count for d in demands])
-    floors = np.array([d.floor for d in demands])
-    per_app = np.empty(len(demands))
+    sizes = [f.work / sm_count for f in frontiers]
+    per_app = np.empty(len(frontiers))
     closed = [i for i, s in enumerate(loads) if s.arrivals is None]
-    opened = [i for i, s in enumerate(loads) if s.arrivals is not None]
+    opened = {i: s.arrivals for i, s in enumerate(loads) if s.arrivals is not None}
     for i in closed:
-        s = loads[i]
-        per_app[i] = closed_latencies(floors[[i]], sizes[[i]], [s.think], [s.clients])[0]
-    for i in opened:
-        per_app[i] = fcfs_floor_bound(loads[i].arrivals, floors[i], sizes[i])
+        per_app[i] = closed_loop_bound([frontiers[i]], [loads[i].think], [loads[i].clients], sm_count)[1]
+    for i, arrivals in opened.items():
+        per_app[i] = fcfs_floor_bound(arrivals, frontiers[i].floor, sizes[i])
     total = 0.0
     if closed:
-        s = [loads[i] for i in closed]
-        total += closed_latencies(floors[closed], sizes[closed], [x.think for x in s], [x.clients for x in s]).sum()
+        total += closed_loop_bound(
+            [frontiers[i] for i in closed],
+            [loads[i].think for i in closed],
+            [loads[i].clients for i in closed],
+            sm_count,
+        )[1]
     if opened:
-        joint = mean_busy_time_bound([loads[i].arrivals for i in opened], sizes[opened])
-        total += np.maximum(per_app[opened].sum(), joint)  # nan if an app has no measured request
-    return per_app, float(total / len(demands))
+        joint = mean_busy_time_bound(list(opened.values()), [sizes[i] for i in opened])
+        total += np.maximum(per_app[list(opened)].sum(), joint)  # nan if an app has no measured request
+    return per_app, float(total / len(frontiers))
 
 
 def load_shape(load: Load, solo_latency: float, duration: float, warmup: float, where: str) -> LoadShape:
@@ -366,8 +504,8 @@ def bound_for_config(cfg: RunConfig) -> BoundResult:
         solo = float(profile.T[-1])  # what the runtime binds loads with
         load.bind(solo, np.random.default_rng(seed))
         shapes.append(load_shape(load, solo, cfg.duration, cfg.warmup, f"apps[{i}].load"))
-    demands = [profile_demand(p, gpu) for p in profiles]
-    per_app, mean = latency_bounds(demands, shapes, gpu.sm_count)
+    frontiers = [profile_frontier(p, gpu) for p in profiles]
+    per_app, mean = latency_bounds(frontiers, shapes, gpu.sm_count)
     apps = tuple(
         AppBound(
             app=st.name,
@@ -379,6 +517,6 @@ def bound_for_config(cfg: RunConfig) -> BoundResult:
             requests=None if s.arrivals is None else len(s.arrivals),
             bound=float(b),
         )
-        for st, load, d, s, b in zip(states, loads, demands, shapes, per_app)
+        for st, load, d, s, b in zip(states, loads, frontiers, shapes, per_app)
     )
     return BoundResult(gpu=gpu.name, sm_count=gpu.sm_count, apps=apps, mean=mean)
