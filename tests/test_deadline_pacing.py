@@ -4,9 +4,12 @@ newcomers served within a window, and the paper's lockstep broken."""
 import numpy as np
 import pytest
 
+from bless.core.lifecycle import AppState, Request
 from bless.harness.config import config_from_dict
 from bless.harness.run import run_config
+from bless.hw.gpus import get_gpu
 from bless.policies.bless import WINDOW, BlessPolicy, parse_pacing
+from bless.profiles.synthetic import synthetic_profile
 
 
 def pair(neighbour_load, policy="bless", duration=1.5, apps=("resnet50", "bert"), warmup=0.3):
@@ -80,3 +83,20 @@ def test_pacing_names_and_errors():
         BlessPolicy(pacing="edf")
     with pytest.raises(ValueError, match="window must be a positive number of seconds"):
         BlessPolicy(window=0)
+
+
+def test_a_late_latency_critical_request_still_goes_before_best_effort_work():
+    """Past its deadline, a request goes behind those that can still meet theirs, never
+    behind a best-effort request: the best-effort app only takes what is left."""
+    gpu = get_gpu("a100")
+    lc = AppState(0, "lc", synthetic_profile("lc", seed=1), 0.5)
+    be = AppState(1, "be", synthetic_profile("be", seed=2), 0.5, priority="best-effort")
+    policy = BlessPolicy()
+    policy.setup([lc, be], gpu)
+    for rid, app in enumerate((lc, be)):
+        app.submit(Request(rid, app, 0.0))
+    late = 10 * lc.iso_latency  # far past the latency-critical request's deadline
+    decision = policy.step(late, [lc, be])
+    first = decision.launches[0]
+    assert first.request.app is lc and first.sm_limit is None  # the top, unrestricted
+    assert all(p.request.app is lc for p in decision.launches)

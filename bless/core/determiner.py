@@ -331,23 +331,33 @@ class Determiner:
         args = (self._dense, self._most, self._dram, g0, cnt, rcnt, caps, ready)
         return float(_walk(*args, self.switch_cost, self.interference, self._sets, out))
 
-    def run_ends(self, runs: list[tuple[Profile, int, int, int | None]], ready: np.ndarray) -> np.ndarray:
+    def run_ends(self, runs: list[tuple[Profile, int, int, int | None]], ready: list[float]) -> list[float]:
         """When each run ``(profile, start, count, sm_limit)`` -- kernels ``[start, start + count)``
         in a context of ``sm_limit`` SMs (None: unrestricted) -- ends, all launched together and
         run ``i`` free to start at ``ready[i]`` (the kernel walk, interference included)."""
-        # One array for the four columns (this is on deadline pacing's per-step path).
-        cols = np.array(
-            [
-                [self.tables(p).base + s for p, s, _, _ in runs],
-                [c for _, _, c, _ in runs],
-                [0 if lim is None else c for _, _, c, lim in runs],
-                [1 if lim is None else lim for *_, lim in runs],
-            ],
-            dtype=np.int64,
+        # One array for the four columns, filled column by column, split inside compiled code
+        # (this is on deadline pacing's per-step path, where each NumPy call costs a microsecond).
+        k = len(runs)
+        cols: list[int] = [0] * (4 * k)
+        for j, (profile, start, count, limit) in enumerate(runs):
+            cols[j] = self.tables(profile).base + start
+            cols[k + j] = count
+            if limit is None:
+                cols[3 * k + j] = 1
+            else:
+                cols[2 * k + j] = count
+                cols[3 * k + j] = limit
+        ends = _walk_runs(
+            self._dense,
+            self._most,
+            self._dram,
+            np.array(cols, dtype=np.int64),
+            np.array(ready, dtype=np.float64),
+            self.switch_cost,
+            self.interference,
+            self._sets,
         )
-        ends = np.zeros(len(runs))
-        self._walk(cols[0], cols[1], cols[2], cols[3], np.asarray(ready, dtype=np.float64), ends)
-        return ends
+        return ends.tolist()
 
     # ------------------------------------------------------------ decision
     def decide(self, squad: Squad, prev_limits: list[int | None] | None = None) -> SquadConfig:
@@ -554,6 +564,17 @@ def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, ends):
                 else:
                     rdy[j] = now
     return now
+
+
+@numba.njit(cache=True)
+def _walk_runs(dense, most, dram, cols, ready, gap, c_bw, sets):
+    """:func:`_walk` over runs packed as ``cols = [g0..., cnt..., rcnt..., caps...]``; returns each run's end."""
+    k = ready.shape[0]
+    ends = np.zeros(k)
+    _walk(
+        dense, most, dram, cols[:k], cols[k : 2 * k], cols[2 * k : 3 * k], cols[3 * k :], ready, gap, c_bw, sets, ends
+    )
+    return ends
 
 
 @numba.njit(cache=True)

@@ -35,6 +35,7 @@ import numpy as np
 
 from bless.core.lifecycle import Request
 from bless.core.policy import RequestLaunch
+from bless.profiles.format import Profile
 
 MIN_ELAPSED = 1e-9
 """Elapsed time of a request that arrived this instant (avoids 0/0)."""
@@ -264,8 +265,8 @@ class PacedLaunch:
 
 _rank = operator.attrgetter("rank")
 
-Pricer = Callable[[list[tuple[Request, int, int, "int | None"]], np.ndarray], np.ndarray]
-"""``price(runs, ready)``: when each run ``(request, start, count, sm_limit)`` ends if all run
+Pricer = Callable[[list[tuple[Profile, int, int, "int | None"]], list[float]], list[float]]
+"""``price(runs, ready)``: when each run ``(profile, start, count, sm_limit)`` ends if all run
 together from now, run ``i`` free to start ``ready[i]`` from now (the determiner's kernel walk)."""
 
 
@@ -282,16 +283,20 @@ def build_deadline_squad(
     """
     if window <= 0:
         raise ValueError(f"window must be > 0 seconds, got {window}")
-    live = sorted((p for p in requests if p.request.scheduled < p.table.n_kernels), key=_rank)
+    live = [p for p in requests if p.request.scheduled < p.table.n_kernels]
+    live.sort(key=_rank)
     if not live:
         return PacedLaunch((), (), (), math.inf)
     if live[0].deadline < now:  # past their deadlines (a prefix): behind those that can still meet theirs
         late = next((i for i, p in enumerate(live) if p.deadline >= now), len(live))
-        live = live[late:] + live[:late]
+        # ... but ahead of best-effort requests (no deadline, a suffix), which take what is left.
+        best = next((i for i in range(late, len(live)) if live[i].best_effort), len(live))
+        live = live[late:best] + live[:late] + live[best:]
     wake = now + window  # waiting requests are looked at again within a window
     # Who runs: the earliest deadline, and every request that cannot wait a window.
     top = live[0]
     urgent = []  # (request, row of its quota's context, row that meets its deadline)
+    spare = top.table.sm_count - top.quota_sms  # SMs the quotas of the top and the urgent leave
     for p in live[1:]:
         tab = p.table
         k = p.request.scheduled
@@ -303,9 +308,9 @@ def build_deadline_squad(
             continue  # it can wait a window and still finish at its quota (the common case: inlined)
         need = next((row for row in range(q, tab.full + 1) if tab.rest(row, k) * p.stretch <= left), tab.full)
         urgent.append((p, q, need))
+        spare -= tab.sms(q)
     # Where: each its quota first (the quotas fit the GPU), then more for those
     # behind, earliest deadline first, from what the others' quotas leave.
-    spare = top.table.sm_count - top.quota_sms - sum(p.table.sms(q) for p, q, _ in urgent)
     picked: list[tuple[PacedRequest, int]] = [(top, top.table.full)]
     for p, q, need in urgent:
         tab = p.table
@@ -325,7 +330,8 @@ def build_deadline_squad(
         row, priced = _top_row(picked, now, window, price)
         picked[0] = (top, row)
     # Restricted requests first: launched first, they find their SMs free.
-    order = sorted(range(len(picked)), key=lambda i: picked[i][1] == picked[i][0].table.full)
+    order = [i for i, (p, row) in enumerate(picked) if row < p.table.full]
+    order += [i for i, (p, row) in enumerate(picked) if row >= p.table.full]
     entries = []
     lines = []
     durations = []
@@ -342,7 +348,7 @@ def build_deadline_squad(
         lines.append(tab.lines[row])
         # The walk's duration where it priced the configuration (co-running included).
         durations.append(tab.work(row, r.scheduled, count) * p.stretch if priced is None else priced[i])
-        if count < r.remaining:
+        if r.scheduled + count < tab.n_kernels:
             wake = min(wake, max(now, p.busy_until) + max(durations[-1] - QUEUED * windows[i], _TICK))
     if not entries:
         return PacedLaunch((), (), (), wake)
@@ -388,27 +394,29 @@ def _top_row(
     top = picked[0][0]
     tab = top.table
     full = tab.full
-    ready = np.array([max(p.busy_until - now, 0.0) for p, _ in picked])
+    ready = [max(p.busy_until - now, 0.0) for p, _ in picked]
+    rest = [(p.request, p.table.sms(r), _window_count(p, r, window)) for p, r in picked[1:]]
+    runs: list[tuple[Profile, int, int, int | None]] = [(top.request.app.profile, top.request.scheduled, 0, None)]
+    runs += [(r.app.profile, r.scheduled, c, sms) for r, sms, c in rest]
 
-    def walk(row: int) -> tuple[list[int], np.ndarray]:
-        counts = [_window_count(p, row if i == 0 else r, window) for i, (p, r) in enumerate(picked)]
-        runs = [(top.request, top.request.scheduled, counts[0], None if row == full else tab.sms(row))]
-        runs += [(p.request, p.request.scheduled, c, p.table.sms(r)) for (p, r), c in zip(picked[1:], counts[1:])]
-        return counts, price(runs, ready)
+    def walk(row: int) -> tuple[int, list[float]]:
+        count = _window_count(top, row, window)
+        runs[0] = (top.request.app.profile, top.request.scheduled, count, None if row == full else tab.sms(row))
+        return count, price(runs, ready)
 
-    counts, ends = walk(full)
+    count, ends = walk(full)
     k = top.request.scheduled
-    top_end = ends[0] * tab.rest(full, k) / max(tab.work(full, k, counts[0]), 1e-12)
-    for (p, _), c, end in zip(picked[1:], counts[1:], ends[1:]):
+    top_end = ends[0] * tab.rest(full, k) / max(tab.work(full, k, count), 1e-12)
+    for (p, _), (_, _, c), end in zip(picked[1:], rest, ends[1:]):
         pt = p.table
         k = p.request.scheduled
-        q = p.quota_row
-        rem = pt.rest(q, k)
-        pace = pt.work(q, k, c) / max(end * p.stretch, 1e-12)
+        line = pt.lines[p.quota_row]
+        rem = line[-1] - line[k]
+        pace = (line[k + c] - line[k]) / max(end * p.stretch, 1e-12)
         # Done at its window's pace while the top runs, or the rest at full-GPU speed after it.
         finish = rem / pace if pace * top_end >= rem else top_end + (rem - pace * top_end) * pt.rest(pt.full, k) / rem
         if now + finish + window > p.deadline:
-            capped = max(0, tab.first_row_at_most(tab.sm_count - sum(p.table.sms(r) for p, r in picked[1:])))
-            counts, ends = walk(capped)
-            return capped, (ends - ready).tolist()
-    return full, (ends - ready).tolist()
+            capped = max(0, tab.first_row_at_most(tab.sm_count - sum(sms for _, sms, _ in rest)))
+            _, ends = walk(capped)
+            return capped, [e - r for e, r in zip(ends, ready)]
+    return full, [e - r for e, r in zip(ends, ready)]

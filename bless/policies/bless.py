@@ -35,11 +35,11 @@ from bless.hw.interference import InterferenceModel
 
 DECIDE_PER_KERNEL = {"paper": 1e-6, "none": 1e-6, "deadline": 3e-6}
 """Host time per scheduled kernel, per pacing rule: squad building and configuration
-search, 0.8-1.2 us with 2-8 active apps (``bless bench overhead``, first table); deadline
-pacing's whole step, 1.4-1.9 us with 2-8 apps (second table, in a replay; it decides every
+search, 0.8-1.3 us with 2-8 active apps (``bless bench overhead``, first table); deadline
+pacing's whole step, 1.1-1.5 us with 2-8 apps (second table, in a replay; it decides every
 window, about 15-23 kernels, and prices its configuration with the kernel walk).  Deadline
-pacing is charged 3 us, what it cost before its step was rewritten: conservative, and the
-committed results stay comparable.  The paper's C++ runtime: 6.7 us."""
+pacing is charged 3 us, twice what it costs: conservative, and the committed results stay
+comparable with those taken before its step was made faster.  The paper's C++ runtime: 6.7 us."""
 
 MEMORY_HEADROOM = 0.95
 """Share of device memory BLESS plans to use for apps and their contexts."""
@@ -241,16 +241,12 @@ class BlessPolicy(Policy):
         """Stream each request's next window of kernels in its context (no barrier)."""
         known = self._paced
         state = [known.get(r.rid) or self._pacing_state(r) for r in active]
-        launch = build_deadline_squad(state, now, self.window, self._price)
+        launch = build_deadline_squad(state, now, self.window, self._determiner().run_ends)
         for e, d in zip(launch.launches, launch.durations):
             paced = known[e.request.rid]
             paced.busy_until = max(paced.busy_until, now) + d
             paced.row = paced.table.row_of(e.sm_limit)
         return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
-
-    def _price(self, runs, ready):
-        """The determiner's kernel walk over ``(request, start, count, sm_limit)`` runs."""
-        return self._determiner().run_ends([(r.app.profile, s, c, lim) for r, s, c, lim in runs], ready)
 
     def _determiner(self) -> Determiner:
         if self.determiner is None:
