@@ -47,7 +47,7 @@ import numpy as np
 from bless.cluster.placement import POLICIES, GpuState, PlacedApp, place, with_app
 from bless.core.lifecycle import LATENCY_CRITICAL
 from bless.documents import load_document
-from bless.harness.config import ConfigError, config_from_dict, parse_priority, parse_quota
+from bless.harness.config import AppSpec, ConfigError, config_from_dict, parse_priority, parse_quota
 from bless.harness.results import AppResult, RunResult
 from bless.harness.run import run_config
 from bless.profiles.catalog import load_app
@@ -71,15 +71,11 @@ RUN_KEYS = ("duration", "warmup", "seed", "noise", "mechanism")
 """Keys passed on to every GPU's run config unchanged."""
 
 
-@dataclass(frozen=True)
-class ClusterApp:
+@dataclass(frozen=True, kw_only=True)
+class ClusterApp(AppSpec):
+    """One app of a cluster replay: a run config's app (``app`` is a profile name or path), named."""
+
     name: str
-    app: str
-    """Profile name (``bless apps list``) or path."""
-    quota: float
-    load: Any
-    slo: str | float | None = None
-    priority: str = LATENCY_CRITICAL
 
 
 @dataclass(frozen=True)
@@ -144,7 +140,7 @@ def cluster_config_from_dict(raw: Any) -> ClusterConfig:
         load = copy.deepcopy(a["load"])
         if isinstance(load, dict) and str(load.get("type", "")).lower() == "trace" and "seed" not in load:
             load["seed"] = int(seed) * 1000 + i
-        apps.append(ClusterApp(name, a["app"], quota, load, a.get("slo"), parse_priority(a, where)))
+        apps.append(ClusterApp(a["app"], quota, load, a.get("slo"), parse_priority(a, where), name=name))
     cfg = ClusterConfig(
         apps=tuple(apps),
         gpus=gpus,
