@@ -81,14 +81,13 @@ from bless.serving.server.errors import (
     InvalidArgument,
     NotFound,
     ServiceError,
-    StartupError,
     Unavailable,
     Unimplemented,
 )
 from bless.serving.server.inference import EXTENSIONS, NOT_APPLICABLE
 from bless.serving.server.rest import RestServer
 from bless.serving.server.rpc import RETRY_PUSHBACK, retry_pushback
-from bless.serving.server.security import AuthGuard, grpc_server_credentials, resolve_admin_token, rest_tls
+from bless.serving.server.security import AuthGuard, add_grpc_port, host_port, resolve_admin_token, rest_tls
 from bless.serving.server.streams import answer_concurrently
 from bless.serving.server.wire import encode_varint, length_delimited_tag, wire_string
 
@@ -785,12 +784,12 @@ class ClusterFrontend:
 
     @property
     def address(self) -> str:
-        return _host_port(self.host, self.port)
+        return host_port(self.host, self.port)
 
     @property
     def http_address(self) -> str:
         """host:port of the OIP v2 REST API (what ``tritonclient.http`` takes)."""
-        return _host_port(self.host, self.http_port)
+        return host_port(self.host, self.http_port)
 
     def start(self) -> ClusterFrontend:
         self._loop = asyncio.new_event_loop()
@@ -832,18 +831,7 @@ class ClusterFrontend:
         )
         self._health = await add_discovery(server, self._ready, (OIP_SERVICE, ADMIN_SERVICE))
         cfg = self.config
-        where = _host_port(cfg.host, cfg.grpc_port)
-        credentials = grpc_server_credentials(cfg.server_config())
-        try:
-            if credentials is None:
-                port = server.add_insecure_port(where)
-            else:
-                port = server.add_secure_port(where, credentials)
-        except RuntimeError:
-            raise StartupError(
-                f"cannot listen on {where}: the port is in use (or the address is not this machine's); "
-                f"pick another with --grpc-port (0: any free port)"
-            ) from None
+        port = add_grpc_port(server, cfg.host, cfg.grpc_port, cfg.server_config())
         await server.start()
         self._server = server
         return port
@@ -883,7 +871,3 @@ class ClusterFrontend:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-def _host_port(host: str, port: int | None) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

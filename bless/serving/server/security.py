@@ -140,6 +140,27 @@ def grpc_server_credentials(cfg: ServerConfig) -> grpc.ServerCredentials | None:
     )
 
 
+def host_port(host: str, port: int | None) -> str:
+    """``host:port`` as gRPC and URLs write it (an IPv6 host in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def add_grpc_port(server: grpc.aio.Server, host: str, port: int, cfg: ServerConfig) -> int:
+    """Listen on ``host:port`` with ``cfg``'s TLS (or none); the port bound (0 asks for any free
+    one).  A port in use or an address not this machine's is a :class:`StartupError` naming the flag."""
+    where = host_port(host, port)
+    credentials = grpc_server_credentials(cfg)
+    try:
+        if credentials is None:
+            return server.add_insecure_port(where)
+        return server.add_secure_port(where, credentials)
+    except RuntimeError:
+        raise StartupError(
+            f"cannot listen on {where}: the port is in use (or the address is not this machine's); "
+            f"pick another port with --grpc-port (0: any free port)"
+        ) from None
+
+
 # ---------------------------------------------------------------------------- authentication
 def peer_host(peer: str) -> str:
     """The address part of a gRPC peer (``ipv4:10.0.0.1:5000`` -> ``10.0.0.1``): guesses are

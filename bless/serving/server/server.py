@@ -34,7 +34,8 @@ from bless.serving.server.rest import RestServer
 from bless.serving.server.security import (
     TOKEN_FILE,
     AuthGuard,
-    grpc_server_credentials,
+    add_grpc_port,
+    host_port,
     http_ssl_context,
     resolve_admin_token,
     rest_tls,
@@ -90,10 +91,6 @@ def bless_policy(cfg: ServerConfig) -> BlessPolicy:
     )
 
 
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 class BlessServer:
     """Start with :meth:`start` (or ``with``), stop with :meth:`stop`."""
 
@@ -119,12 +116,12 @@ class BlessServer:
     @property
     def address(self) -> str:
         """host:port of the gRPC services."""
-        return _address(self.config.host, self.grpc_port)
+        return host_port(self.config.host, self.grpc_port)
 
     @property
     def http_address(self) -> str:
         """host:port of the OIP v2 REST API (what ``tritonclient.http`` takes)."""
-        return _address(self.config.host, self.http_port)
+        return host_port(self.config.host, self.http_port)
 
     def start(self) -> BlessServer:
         cfg = self.config
@@ -160,7 +157,7 @@ class BlessServer:
                     self._httpd = ServerMetrics(self.core.stats).serve(cfg.host, cfg.metrics_port, ssl_context)
                 except OSError as e:
                     raise StartupError(
-                        f"cannot serve metrics on {_address(cfg.host, cfg.metrics_port)}: {e.strerror}; "
+                        f"cannot serve metrics on {host_port(cfg.host, cfg.metrics_port)}: {e.strerror}; "
                         f"pick another port with --metrics-port (0: any free port, -1: off)"
                     ) from None
                 self.metrics_port = self._httpd.server_port
@@ -194,18 +191,7 @@ class BlessServer:
             )
         )
         self._health = await add_discovery(server, core_ready(self.core), (OIP_SERVICE, ADMIN_SERVICE))
-        where = _address(self.config.host, self.config.grpc_port)
-        credentials = grpc_server_credentials(self.config)
-        try:
-            if credentials is None:
-                port = server.add_insecure_port(where)
-            else:
-                port = server.add_secure_port(where, credentials)
-        except RuntimeError:
-            raise StartupError(
-                f"cannot listen on {where}: the port is in use (or the address is not this machine's); "
-                f"pick another port with --grpc-port (0: any free port)"
-            ) from None
+        port = add_grpc_port(server, self.config.host, self.config.grpc_port, self.config)
         await server.start()
         self._grpc = server
         return port
