@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import subprocess
 import time
@@ -93,6 +94,12 @@ def infer_future(address: str, app: str) -> grpc.Future:
         response_deserializer=m["ModelInfer"].response.FromString,
     )
     return call.future(infer_request(app, meta, sample_inputs(meta)), timeout=30)
+
+
+def received(server: BlessServer) -> int:
+    """Inference requests the server has received, all apps (a count that only grows: a
+    wait on it cannot miss a moment the way one on the queue's length can)."""
+    return sum(a.stats.window(math.inf).received for a in server.core.apps())
 
 
 def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:

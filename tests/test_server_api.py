@@ -14,6 +14,7 @@ from server_helpers import (  # noqa: F401  (fixtures)
     infer_future,
     make_server,
     profile_dir,
+    received,
     server,
     wait_for,
 )
@@ -249,7 +250,7 @@ def test_set_quota_with_requests_in_flight_loses_none(server, admin):
     admin.register("a", "other", "30%")
     admin.register("b", "quick", "30%")
     sent = [infer_future(server.address, name) for _ in range(20) for name in ("a", "b")]
-    wait_for(lambda: any(s.state.active is not None for s in server.core.apps()), what="a request in the server")
+    wait_for(lambda: received(server) > 0, what="a request in the server")
     admin.set_quota("a", "60%")  # the scheduler sets up again while both apps have requests
     admin.set_quota("b", "20%")
     assert [code_of(f) for f in sent] == [grpc.StatusCode.OK] * len(sent)

@@ -10,6 +10,7 @@ from server_helpers import (  # noqa: F401  (fixtures)
     infer_future,
     make_server,
     profile_dir,
+    received,
     server,
     wait_for,
 )
@@ -111,7 +112,7 @@ def test_graceful_shutdown_answers_every_request(make_server):
     with BlessClient(server.address, token=server.token) as c:
         c.register("s", "slow", "50%")
     futures = [infer_future(server.address, "s") for _ in range(6)]
-    wait_for(lambda: server.core.apps()[0].pending == 6, what="six requests in the server")
+    wait_for(lambda: received(server) == 6, what="six requests in the server")
     stopper = threading.Thread(target=server.stop, kwargs={"grace": 0.15})
     stopper.start()
     stopper.join(timeout=10)
