@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import secrets
 import threading
 import time
 from concurrent.futures import Future
@@ -35,7 +34,7 @@ from bless.serving.server.errors import FailedPrecondition
 from bless.serving.server.exposure import is_loopback
 from bless.serving.server.inference import InferenceService
 from bless.serving.server.jobs import Outcome
-from bless.serving.server.security import AuthGuard
+from bless.serving.server.security import AuthGuard, new_token
 from bless.serving.server.server import bless_policy, make_backend, warm_up
 from bless.serving.server.spec import AppSpec
 from bless.serving.server.store import StateStore
@@ -278,7 +277,7 @@ class AgentEndpoint:
     def __init__(
         self, core: ServingCore, host: str, port: int, max_message_bytes: int, dial_host: str | None = None
     ) -> None:
-        self.token = secrets.token_urlsafe(24)
+        self.token = new_token()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="bless-agent-grpc", daemon=True)
         self._thread.start()

@@ -62,7 +62,6 @@ import dataclasses
 import functools
 import logging
 import math
-import secrets
 import threading
 import time
 import weakref
@@ -87,7 +86,14 @@ from bless.serving.server.errors import (
 from bless.serving.server.inference import EXTENSIONS, NOT_APPLICABLE
 from bless.serving.server.rest import RestServer
 from bless.serving.server.rpc import RETRY_PUSHBACK, retry_pushback
-from bless.serving.server.security import AuthGuard, add_grpc_port, host_port, resolve_admin_token, rest_tls
+from bless.serving.server.security import (
+    AuthGuard,
+    add_grpc_port,
+    host_port,
+    new_token,
+    resolve_admin_token,
+    rest_tls,
+)
 from bless.serving.server.streams import answer_concurrently
 from bless.serving.server.wire import encode_varint, length_delimited_tag, wire_string
 
@@ -776,7 +782,7 @@ class ClusterFrontend:
         cfg = self.config
         if cfg.admin_token_file is not None or cfg.state_dir is not None:
             return resolve_admin_token(cfg.server_config())
-        return secrets.token_urlsafe(24), "generated for this run (not written anywhere)"
+        return new_token(), "generated for this run (not written anywhere)"
 
     @property
     def tls(self) -> bool:

@@ -62,6 +62,12 @@ def read_token_file(path: Path) -> str:
     return token
 
 
+def new_token() -> str:
+    """A random admin token: hex, so it never starts with ``-`` (a command line would read
+    ``--token -xyz`` as two options; base64url tokens start so once in 64)."""
+    return secrets.token_hex(TOKEN_BYTES)
+
+
 def resolve_admin_token(cfg: ServerConfig) -> tuple[str, str]:
     """The admin token and where it came from, for the startup banner: the config
     (``token_source`` names how it got there), ``admin_token_file``, else
@@ -78,7 +84,7 @@ def resolve_admin_token(cfg: ServerConfig) -> tuple[str, str]:
             return token, f"the file {path}"
     except FileNotFoundError:
         pass
-    token = secrets.token_urlsafe(TOKEN_BYTES)
+    token = new_token()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
