@@ -42,10 +42,11 @@ def test_an_overloaded_neighbour_neither_starves_an_app_nor_is_starved(load):
     and BERT is served at least at its quota's rate when it asks for more.  The paper's
     rule let the same neighbour push ResNet50 to 619 ms (its queue counted as lag)."""
     r50, bert = pair(load, warmup=0.0).apps
-    # The calibrated interference makes even a static split 2-7 % slower than ISO here; deadline
-    # pacing stays within 6 % (2 % under Poisson overload, where BERT's requests past their
-    # deadlines no longer come first; experiments/README.md, isolation: short of the 1 % target).
-    assert r50.mean <= 1.06 * r50.iso_latency
+    # The calibrated interference makes even a static split 2-7 % slower than ISO here.  BERT's
+    # requests past their deadlines come after ResNet50's and cannot cap it below its own
+    # deadline's need: within 1 % of ISO under Poisson overload.  Beside BERT's closed loop,
+    # whose requests are on time, within 6 % (experiments/README.md, isolation).
+    assert r50.mean <= (1.06 if load == {"type": "closed", "interval": 0.0} else 1.01) * r50.iso_latency
     assert r50.percentile(99) <= 1.15 * r50.iso_latency
     # Beside a busy ResNet50 its requests run at its quota stretched by the interference (~6 %).
     quota_rate = 1 / bert.iso_latency

@@ -130,7 +130,10 @@ def build_squad(requests: list[Request], now: float, squad_size: int, pacing: bo
 #   top so it finds its SMs free;
 # * beside restricted requests the top stays unrestricted only while they are
 #   projected to meet their deadlines (an unrestricted kernel keeps the SMs it
-#   took, so a capped neighbour only gets what it leaves); else it is capped;
+#   took, so a capped neighbour only gets what it leaves); else it is capped,
+#   though never below its own deadline's need for a neighbour that misses its
+#   deadline even alone on the GPU (capping buys that one throughput, and its
+#   quota already guarantees it that);
 # * a request already past its deadline comes after every request that can still
 #   meet its own (in deadline order among themselves): under overload EDF would
 #   otherwise put an overloaded app's late requests first for good and make its
@@ -204,6 +207,12 @@ class PaceTable:
         if sms >= self.sm_count:
             return len(self.limits)
         return bisect.bisect_right(self.limits, sms + 1e-9) - 1
+
+    def first_row_within(self, start: int, left: float, stretch: float, lowest: int = 0) -> int:
+        """The smallest context (row, from ``lowest``) in which kernels ``start..``, slowed by
+        ``stretch``, take at most ``left`` seconds; the unrestricted row if none does."""
+        full = len(self.limits)
+        return next((row for row in range(lowest, full + 1) if self.rest(row, start) * stretch <= left), full)
 
     def first_row_at_least(self, sms: float) -> int:
         """The smallest context (row) with at least ``sms`` SMs; the unrestricted row if none."""
@@ -306,7 +315,7 @@ def build_deadline_squad(
         line = tab.lines[q]
         if (line[-1] - line[k]) * p.stretch + window <= left:
             continue  # it can wait a window and still finish at its quota (the common case: inlined)
-        need = next((row for row in range(q, tab.full + 1) if tab.rest(row, k) * p.stretch <= left), tab.full)
+        need = tab.first_row_within(k, left, p.stretch, q)
         urgent.append((p, q, need))
         spare -= tab.sms(q)
     # Where: each its quota first (the quotas fit the GPU), then more for those
@@ -385,7 +394,9 @@ def _top_row(
     The top runs unrestricted while every restricted request is projected to
     meet its deadline, with a window to spare, beside it (the top takes the SMs
     it can, holding them in start order, so a capped neighbour gets what it
-    leaves); otherwise it is capped at what their contexts leave.  The next
+    leaves); otherwise it is capped at what their contexts leave, but for a
+    request that misses its deadline even alone on the GPU never below what the
+    top's own deadline needs.  The next
     window is priced by the determiner's kernel walk; the rest is projected: a
     restricted request keeps its window's pace (slowed by its interference
     stretch) until the top, at its own window's pace, is done, then has the GPU
@@ -417,6 +428,14 @@ def _top_row(
         finish = rem / pace if pace * top_end >= rem else top_end + (rem - pace * top_end) * pt.rest(pt.full, k) / rem
         if now + finish + window > p.deadline:
             capped = max(0, tab.first_row_at_most(tab.sm_count - sum(sms for _, sms, _ in rest)))
+            if now + pt.rest(pt.full, k) * p.stretch > p.deadline:
+                # It misses its deadline even alone on the GPU: the cap buys it throughput, not
+                # its deadline, so the top keeps what its own deadline needs (an overloaded
+                # neighbour does not push an on-time app past its quota's promise).
+                left = top.deadline - max(now, top.busy_until)
+                capped = max(capped, tab.first_row_within(top.request.scheduled, left - window, top.stretch))
+                if capped == full:
+                    return full, [e - r for e, r in zip(ends, ready)]
             _, ends = walk(capped)
             return capped, [e - r for e, r in zip(ends, ready)]
     return full, [e - r for e, r in zip(ends, ready)]
