@@ -54,6 +54,25 @@ def test_an_overloaded_neighbour_neither_starves_an_app_nor_is_starved(load):
     assert served_rate(bert, 1.5) >= 0.9 * min(offered, quota_rate)
 
 
+SYNTHETIC = {"wide": (120, 80.0, 11), "many": (300, 30.0, 12), "long": (60, 250.0, 13)}
+"""Apps we do not ship: (kernels, mean kernel us, seed) of :func:`synthetic_profile`."""
+
+
+@pytest.mark.parametrize("victim, neighbour", [("wide", "many"), ("many", "long"), ("long", "wide")])
+def test_an_overloaded_neighbour_leaves_any_app_its_iso_latency(victim, neighbour, tmp_path, monkeypatch):
+    """The same promise on synthetic apps: the neighbour at 5x its quota's throughput."""
+    for name, (kernels, mean_us, seed) in SYNTHETIC.items():
+        synthetic_profile(name, n_kernels=kernels, mean_us=mean_us, seed=seed).save(tmp_path / "a100" / f"{name}.json")
+    monkeypatch.setenv("BLESS_PROFILE_PATH", str(tmp_path))
+    apps = [{"app": victim, "quota": 0.5, "load": "B"}, {"app": neighbour, "quota": 0.5, "load": "B"}]
+    config = {"gpu": "a100", "duration": 1.5, "warmup": 0.0, "seed": 0, "noise": 0.02, "policy": "bless", "apps": apps}
+    share = 1 / run_config(config_from_dict(config)).apps[1].iso_latency
+    apps[1]["load"] = {"type": "poisson", "rate": 5 * share}
+    mine, theirs = run_config(config_from_dict(config)).apps
+    assert mine.mean <= mine.iso_latency
+    assert served_rate(theirs, 1.5) >= 0.9 * share
+
+
 def test_the_paper_rule_lets_an_overloaded_neighbour_take_the_gpu():
     """The ablation keeps the old behaviour, so the difference stays measurable."""
     r50, _ = pair("poisson:100", policy={"name": "bless", "pacing": "paper"}, duration=1.0).apps
