@@ -1,4 +1,4 @@
-"""Shared fixtures: seeded synthetic apps and a recording simulated backend."""
+"""Shared fixtures: seeded synthetic apps, a recording simulated backend and one local Ray."""
 
 from __future__ import annotations
 
@@ -30,3 +30,23 @@ def app_a() -> Profile:
 @pytest.fixture
 def app_b() -> Profile:
     return synthetic_profile("b", n_kernels=90, mean_us=30.0, seed=2)
+
+
+RAY_SIM_GPUS = 4
+"""Simulated GPUs (Ray resources) of the local Ray the cluster tests share."""
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray for every cluster test module (skipped where Ray is not installed).
+
+    Each start of a local Ray is a chance for its own startup check to give up (the raylet
+    must register with the GCS within 30 s; seen on a loaded 2-core machine after several
+    back-to-back starts), so the modules share one and each starts and stops its bless cluster.
+    """
+    ray = pytest.importorskip("ray")
+    from bless.cluster import ray_actors as ra
+
+    ra.connect(None, resources={ra.SIM_RESOURCE: RAY_SIM_GPUS}, num_cpus=2)
+    yield ray
+    ray.shutdown()

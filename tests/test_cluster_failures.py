@@ -30,15 +30,6 @@ GPUS = 4
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ra.connect(None, resources={ra.SIM_RESOURCE: GPUS}, num_cpus=2)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 @pytest.fixture
 def cluster(ray_local, tmp_path):
     """A fresh cluster per test (the tests kill its actors): the client and the state dir."""

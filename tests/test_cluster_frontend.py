@@ -45,10 +45,9 @@ def state_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def front(state_dir):
-    ra.connect(None, resources={ra.SIM_RESOURCE: GPUS}, num_cpus=2)
+def front(ray_local, state_dir):
+    ra.start_cluster(GPUS, state_dir, warm_up=False)
     try:
-        ra.start_cluster(GPUS, state_dir, warm_up=False)
         with ClusterFrontend(ra.ClusterClient(), FrontendConfig(http_port=0), token="secret") as fe:
             admin = BlessClient(fe.address, token="secret")
             # two apps that cannot share a GPU (quotas 60% + 60%): on two GPUs
@@ -56,9 +55,8 @@ def front(state_dir):
             b = admin.register("b", "bert", "60%")
             yield fe, admin, (a, b)
             admin.close()
-        ra.stop_cluster()
     finally:
-        ray.shutdown()
+        ra.stop_cluster()
 
 
 def test_wire_string_reads_a_field_without_decoding_the_rest():

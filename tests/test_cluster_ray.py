@@ -13,14 +13,12 @@ GPUS = 4
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    ra.connect(None, resources={ra.SIM_RESOURCE: GPUS}, num_cpus=2)
+def cluster(ray_local, tmp_path_factory):
+    ra.start_cluster(GPUS, tmp_path_factory.mktemp("cluster"), warm_up=False)
     try:
-        ra.start_cluster(GPUS, tmp_path_factory.mktemp("cluster"), warm_up=False)
         yield ra.ClusterClient()
-        ra.stop_cluster()
     finally:
-        ray.shutdown()
+        ra.stop_cluster()
 
 
 def test_placement_through_the_controller_never_overcommits(cluster):

@@ -166,9 +166,8 @@ def test_write_results_plot(tmp_path):
     assert (tmp_path / "x" / "x.png") in paths and (tmp_path / "x" / "x.png").stat().st_size > 0
 
 
-def test_live_replay_through_the_front_end(tmp_path, capsys):
+def test_live_replay_through_the_front_end(ray_local, tmp_path, capsys):
     """The same config against a running 2-GPU cluster (Ray, wall clock): every app placed and served."""
-    ray = pytest.importorskip("ray")
     from bless.cluster import ray_actors as ra
     from bless.cluster.frontend import ClusterFrontend
     from bless.cluster.replay import replay_live
@@ -184,18 +183,16 @@ def test_live_replay_through_the_front_end(tmp_path, capsys):
             ],
         }
     )
-    ra.connect(None, resources={ra.SIM_RESOURCE: 2}, num_cpus=2)
+    ra.start_cluster(2, tmp_path / "cluster", warm_up=False)
     try:
-        ra.start_cluster(2, tmp_path / "cluster", warm_up=False)
         with ClusterFrontend(ra.ClusterClient(), token="secret") as fe:
             live = replay_live(cfg, fe.address, token="secret")
             # the command, on the apps now registered
             path = tmp_path / "c.yaml"
             path.write_text("gpus: 2\nduration: 0.3\napps:\n  - {app: vgg11, quota: 60%, load: B}\n")
             assert main(["cluster", "replay", str(path), "--address", fe.address, "--no-register"]) == 0
-        ra.stop_cluster()
     finally:
-        ray.shutdown()
+        ra.stop_cluster()
     assert live.rejected == {}
     assert live.placements["resnet50"] != live.placements["vgg11"]  # 60 % + 60 %: two GPUs
     assert [r["app"] for r in live.rows] == ["resnet50", "vgg11", "resnet50-2"]
