@@ -211,7 +211,7 @@ class PaceTable:
     def first_row_within(self, start: int, left: float, stretch: float, lowest: int = 0) -> int:
         """The smallest context (row, from ``lowest``) in which kernels ``start..``, slowed by
         ``stretch``, take at most ``left`` seconds; the unrestricted row if none does."""
-        full = len(self.limits)
+        full = self.full
         return next((row for row in range(lowest, full + 1) if self.rest(row, start) * stretch <= left), full)
 
     def first_row_at_least(self, sms: float) -> int:
@@ -418,6 +418,7 @@ def _top_row(
     count, ends = walk(full)
     k = top.request.scheduled
     top_end = ends[0] * tab.rest(full, k) / max(tab.work(full, k, count), 1e-12)
+    row = full
     for (p, _), (_, _, c), end in zip(picked[1:], rest, ends[1:]):
         pt = p.table
         k = p.request.scheduled
@@ -427,15 +428,14 @@ def _top_row(
         # Done at its window's pace while the top runs, or the rest at full-GPU speed after it.
         finish = rem / pace if pace * top_end >= rem else top_end + (rem - pace * top_end) * pt.rest(pt.full, k) / rem
         if now + finish + window > p.deadline:
-            capped = max(0, tab.first_row_at_most(tab.sm_count - sum(sms for _, sms, _ in rest)))
+            row = max(0, tab.first_row_at_most(tab.sm_count - sum(sms for _, sms, _ in rest)))
             if now + pt.rest(pt.full, k) * p.stretch > p.deadline:
                 # It misses its deadline even alone on the GPU: the cap buys it throughput, not
                 # its deadline, so the top keeps what its own deadline needs (an overloaded
                 # neighbour does not push an on-time app past its quota's promise).
                 left = top.deadline - max(now, top.busy_until)
-                capped = max(capped, tab.first_row_within(top.request.scheduled, left - window, top.stretch))
-                if capped == full:
-                    return full, [e - r for e, r in zip(ends, ready)]
-            _, ends = walk(capped)
-            return capped, [e - r for e, r in zip(ends, ready)]
-    return full, [e - r for e, r in zip(ends, ready)]
+                row = max(row, tab.first_row_within(top.request.scheduled, left - window, top.stretch))
+            if row < full:
+                _, ends = walk(row)
+            break
+    return row, [e - r for e, r in zip(ends, ready)]
