@@ -34,7 +34,7 @@ from bless.serving.server.errors import FailedPrecondition
 from bless.serving.server.exposure import is_loopback
 from bless.serving.server.inference import InferenceService
 from bless.serving.server.jobs import Outcome
-from bless.serving.server.security import AuthGuard, new_token
+from bless.serving.server.security import AuthGuard, host_port, new_token
 from bless.serving.server.server import bless_policy, make_backend, warm_up
 from bless.serving.server.spec import AppSpec
 from bless.serving.server.store import StateStore
@@ -283,7 +283,7 @@ class AgentEndpoint:
         self._thread.start()
         platform = f"bless_{core.backend.name}"
         try:
-            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            where = host_port(host, port)
             self._server, bound = asyncio.run_coroutine_threadsafe(
                 self._start(core, platform, where, max_message_bytes), self._loop
             ).result()
@@ -292,7 +292,7 @@ class AgentEndpoint:
             self._thread.join()
             raise
         dial = dial_host or host
-        self.address = f"[{dial}]:{bound}" if ":" in dial else f"{dial}:{bound}"
+        self.address = host_port(dial, bound)
         """What the front end dials (the advertised host, the bound port)."""
 
     async def _start(self, core: ServingCore, platform: str, where: str, max_bytes: int) -> tuple[Any, int]:

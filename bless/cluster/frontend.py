@@ -467,19 +467,6 @@ class FrontInference:
             yield item
 
 
-REST_RESPONSES: dict[str, Any] = {
-    "ServerLive": oip.ServerLiveResponse,
-    "ServerReady": oip.ServerReadyResponse,
-    "ServerMetadata": oip.ServerMetadataResponse,
-    "ModelMetadata": oip.ModelMetadataResponse,
-    "ModelReady": oip.ModelReadyResponse,
-    "ModelConfig": oip.ModelConfigResponse,
-    "ModelStatistics": oip.ModelStatisticsResponse,
-    "RepositoryIndex": oip.RepositoryIndexResponse,
-}
-"""The response message of each method the REST API asks :class:`FrontRest` for."""
-
-
 class _Deadline:
     """The part of a gRPC context the handlers read, for a call that has none (REST)."""
 
@@ -500,14 +487,19 @@ class FrontRest:
         self.inference = inference
         self.loop = loop
         self.impls = inference.impls()
+        self.methods = methods(OIP_SERVICE)
 
     async def _on_loop(self, work: Awaitable[Any]) -> Any:
         # a REST client that disconnects cancels this wait, which cancels the work on the loop
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
 
+    async def _raw(self, method: str, request: Any, timeout: float | None) -> Any:
+        """The gRPC handler's answer to ``request``: bytes, or a message it built itself."""
+        return await self._on_loop(self.impls[method](request.SerializeToString(), _Deadline(timeout)))
+
     async def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
-        answer = await self._on_loop(self.impls[method](request.SerializeToString(), _Deadline(timeout)))
-        return REST_RESPONSES[method].FromString(answer) if isinstance(answer, bytes) else answer
+        answer = await self._raw(method, request, timeout)
+        return self.methods[method].response.FromString(answer) if isinstance(answer, bytes) else answer
 
     async def server_live(self, request: Any, context: Any) -> Any:
         return await self._call("ServerLive", request)
@@ -534,9 +526,7 @@ class FrontRest:
         return await self._call("RepositoryIndex", request)
 
     async def infer(self, request: Any, timeout: float | None) -> bytes:
-        return _serialize(
-            await self._on_loop(self.impls["ModelInfer"](request.SerializeToString(), _Deadline(timeout)))
-        )
+        return _serialize(await self._raw("ModelInfer", request, timeout))
 
     async def check_model(self, name: str) -> None:
         await self._on_loop(self.inference.routes.gpu_of(name))

@@ -126,9 +126,10 @@ def http_ssl_context(cfg: ServerConfig) -> ssl.SSLContext | None:
 
 
 def rest_tls(cfg: ServerConfig) -> tuple[str, str, str | None] | None:
-    """The certificate, key and optional client CA files for uvicorn (None: TLS off), checked
-    first by :func:`http_ssl_context` for a clear error."""
-    if http_ssl_context(cfg) is None:
+    """The certificate, key and optional client CA files for uvicorn (None: TLS off).  Its
+    callers have bound gRPC with the same settings first (:func:`add_grpc_port`), which
+    checked these files through :func:`http_ssl_context` for a clear error."""
+    if cfg.tls_cert is None or cfg.tls_key is None:
         return None
     return str(cfg.tls_cert), str(cfg.tls_key), cfg.tls_client_ca and str(cfg.tls_client_ca)
 
