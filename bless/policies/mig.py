@@ -26,7 +26,7 @@ import dataclasses
 from bless.core.lifecycle import AppState
 from bless.core.policy import Decision, Policy
 from bless.hw.gpus import GpuSpec, MigProfile
-from bless.hw.mig import place
+from bless.hw.mig import compute_slices, place
 from bless.policies.common import launch_queued
 
 __all__ = ["MigPolicy", "MigUnsupported", "mig_profile", "mig_slice_gpu", "place"]
@@ -39,7 +39,7 @@ class MigUnsupported(ValueError):
 
 
 def _supported(gpu: GpuSpec) -> str:
-    slices = max(p.compute_slices for p in gpu.mig_profiles)
+    slices = compute_slices(gpu)
     return ", ".join(
         f"{p.compute_slices}/{slices} ({p.name}, {p.compute_slices / slices:.1%})" for p in gpu.mig_profiles
     )
@@ -51,7 +51,7 @@ def mig_profile(quota: float, gpu: GpuSpec, rounding: str = "exact", app: str = 
         raise ValueError(f"mig rounding must be one of {', '.join(ROUNDING)}, got {rounding!r}")
     if not gpu.mig_profiles:
         raise MigUnsupported(f"MIG is not modelled for {gpu.name}; no MIG profiles are known for it")
-    slices = max(p.compute_slices for p in gpu.mig_profiles)
+    slices = compute_slices(gpu)
     want = quota * slices
     if rounding == "exact":
         for p in gpu.mig_profiles:
@@ -111,7 +111,7 @@ class MigPolicy(Policy):
             combo = " + ".join(p.name for p in chosen)
             raise MigUnsupported(
                 f"MIG cannot host {combo} on one {gpu.name}: no valid placement of these instances "
-                f"(at most {max(p.compute_slices for p in gpu.mig_profiles)} compute and "
+                f"(at most {compute_slices(gpu)} compute and "
                 f"{gpu.mig_memory_slices} memory slices, fixed start positions)"
             )
         return chosen

@@ -160,6 +160,8 @@ class TallyPolicy(Policy):
                 f"wait_bound must be a positive number of seconds (default: the GPU's), got {wait_bound!r}"
             )
         self.wait_bound = wait_bound
+        self.bound = wait_bound or math.nan
+        """The wait bound in use: the GPU's default until :meth:`setup` knows the GPU."""
         self._plans: dict[int, tuple[KernelTransform, ...]] = {}
         """Per best-effort app index: its kernels' transformations."""
 
@@ -181,7 +183,7 @@ class TallyPolicy(Policy):
         chosen = [t.mechanism for plan in self._plans.values() for t in plan]
         return {
             "policy": self.name,
-            "wait_bound_us": round(getattr(self, "bound", self.wait_bound or math.nan) * 1e6, 3),
+            "wait_bound_us": round(self.bound * 1e6, 3),
             "sliced": chosen.count("slice"),
             "preempted": chosen.count("preempt"),
         }

@@ -65,7 +65,6 @@ class AppTraits:
     """An app's profile features the model reads (per chunk profile where they depend on its SMs)."""
 
     name: str
-    memory_bytes: int
     dram: float
     """DRAM intensity: bytes moved alone on the full GPU over its peak bandwidth x time, in [0, 1]."""
     speed: dict[str, float]
@@ -75,8 +74,8 @@ class AppTraits:
 
     @classmethod
     def of(cls, profile: Profile, gpu: GpuSpec) -> AppTraits:
-        full = features.full_gpu_times(profile, gpu)
         curves = features.solo_curves(profile, gpu)
+        full = curves[-1]
         busy = features.max_sms(profile, gpu)
         compute = busy > 0
         speed, share = {}, {}
@@ -85,7 +84,7 @@ class AppTraits:
             speed[p.name] = float(full.sum() / curves[sms].sum())
             share[p.name] = float((np.minimum(busy, sms) / sms * full)[compute].sum() / full[compute].sum())
         dram = float(features.dram_seconds(profile, full).sum() / full.sum())
-        return cls(profile.app, profile.memory_bytes, dram, speed, share)
+        return cls(profile.app, dram, speed, share)
 
     def pressure(self, chunk: MigProfile) -> float:
         """DRAM traffic this app puts on the GPU from a chunk, as a share of the full GPU's bandwidth."""

@@ -92,7 +92,6 @@ class MigMpsPolicy(Policy):
         self.alpha = alpha
         self.heavy_dram = heavy_dram
         self.profile_seconds = profile_seconds
-        self.mechanism = mechanism
         self.plan: MigMpsPlan | None = None
         self.model: FittedModel | None = None
         self._names: tuple[str, ...] = ()
