@@ -24,21 +24,12 @@ import csv
 import time
 from pathlib import Path
 
-import yaml
-
-from bless.harness.config import config_from_dict
+from bless.harness.config import config_from_dict, read_yaml
 from bless.harness.run import run_config
+from bless.harness.sweep import label
 
 HERE = Path(__file__).resolve().parent
 FIELDS = ("batch", "load", "policy", "app", "throughput", "alone_throughput", "mean_ms", "iso_ms", "plan", "error")
-
-
-def policy_label(policy: str | dict) -> str:
-    """``name`` or ``name(key=value,...)`` for a policy with parameters."""
-    if isinstance(policy, str):
-        return policy
-    params = ",".join(f"{k}={v}" for k, v in policy.items() if k != "name")
-    return f"{policy['name']}({params})" if params else policy["name"]
 
 
 def run(spec: dict, apps: list[str], load, policy, quota: float | None = None):
@@ -59,11 +50,11 @@ def measure(spec: dict) -> list[dict]:
                     alone[a, load_name] = run(spec, [a], load, "iso", 1.0).apps[0].throughput
             iso = run(spec, apps, load, "iso").apps
             for policy in spec["policies"]:
-                label = policy_label(policy)
+                name = label(policy)
                 try:
                     result = run(spec, apps, load, policy)
                 except ValueError as e:  # MigUnsupported, PlanInfeasible, ConfigError
-                    failed = {"batch": batch, "load": load_name, "policy": label, "error": str(e)}
+                    failed = {"batch": batch, "load": load_name, "policy": name, "error": str(e)}
                     rows.append({k: failed.get(k, "") for k in FIELDS})
                     continue
                 for a, i in zip(result.apps, iso):
@@ -71,7 +62,7 @@ def measure(spec: dict) -> list[dict]:
                         {
                             "batch": batch,
                             "load": load_name,
-                            "policy": label,
+                            "policy": name,
                             "app": a.app,
                             "throughput": round(a.throughput, 3),
                             "alone_throughput": round(alone[a.app.split("#")[0], load_name], 3),
@@ -125,14 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=HERE / "results" / "migmps")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    spec = yaml.safe_load(args.config.read_text())
+    spec = read_yaml(args.config)
     rows = measure(spec)
     args.out.mkdir(parents=True, exist_ok=True)
     with (args.out / "runs.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, FIELDS)
         w.writeheader()
         w.writerows(rows)
-    md = table(rows, [policy_label(p) for p in spec["policies"]])
+    md = table(rows, [label(p) for p in spec["policies"]])
     (args.out / "table.md").write_text(md + "\n")
     print(md)
     print(f"{time.perf_counter() - t0:.0f} s")

@@ -708,23 +708,26 @@ def run_sweep(name: str, jobs: int | None) -> float:
     return time.perf_counter() - t0
 
 
+SCRIPTS = {
+    "fig17": "fig17_squad_duration.py",
+    "priority": "priority.py",  # each pair's apps also run alone
+}
+"""Experiments with a script of their own, which writes results/NAME/table.md."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    known = ", ".join([*EXPERIMENTS, *SCRIPTS, "headline"])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("names", nargs="+", help=f"experiments: {', '.join(EXPERIMENTS)}, fig17, priority, headline, or all")
+    p.add_argument("names", nargs="+", help=f"experiments: {known}, or all")
     p.add_argument("--rerun", action="store_true", help="run the sweeps even if results exist")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
     args = p.parse_args(argv)
-    names = [*EXPERIMENTS, "fig17", "priority", "headline"] if args.names == ["all"] else args.names
+    names = [*EXPERIMENTS, *SCRIPTS, "headline"] if args.names == ["all"] else args.names
     for name in names:
-        if name == "priority":  # its own script: each pair's apps also run alone (experiments/priority.py)
-            if args.rerun or not (RESULTS / "priority" / "table.md").exists():
-                subprocess.run([sys.executable, str(HERE / "priority.py")], check=True)
-            print((RESULTS / "priority" / "table.md").read_text())
-            continue
-        if name == "fig17":
-            if args.rerun or not (RESULTS / "fig17" / "table.md").exists():
-                subprocess.run([sys.executable, str(HERE / "fig17_squad_duration.py")], check=True)
-            print((RESULTS / "fig17" / "table.md").read_text())
+        if name in SCRIPTS:
+            if args.rerun or not (RESULTS / name / "table.md").exists():
+                subprocess.run([sys.executable, str(HERE / SCRIPTS[name])], check=True)
+            print((RESULTS / name / "table.md").read_text())
             continue
         if name == "headline":
             md = report_headline()
@@ -732,9 +735,7 @@ def main(argv: list[str] | None = None) -> int:
             print(md)
             continue
         if name not in EXPERIMENTS:
-            p.error(
-                f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}, fig17, priority, headline, all"
-            )
+            p.error(f"unknown experiment {name!r}; choose from {known}, all")
         if args.rerun or not (RESULTS / name / "runs.csv").exists():
             run_sweep(name, args.jobs)
         md = EXPERIMENTS[name]()
