@@ -151,17 +151,22 @@ def _mechanism(value: Any) -> str | None:
     raise ConfigError(f"mechanism: expected mps or green (or leave it out for the backend's choice), got {value!r}")
 
 
-def parse_priority(app: dict[str, Any], where: str) -> str:
-    """An app's priority class (``apps[i].priority``, latency-critical when left out), checked
-    against its SLO: a best-effort app has no latency target."""
-    priority = app.get("priority", LATENCY_CRITICAL)
+def check_priority(priority: str | None, has_slo: bool, where: str = "") -> str:
+    """A priority class (latency-critical when None), checked against the app's SLO: a
+    best-effort app has no latency target.  ``where`` prefixes the field names (``apps[0].``)."""
+    priority = priority or LATENCY_CRITICAL
     if priority not in PRIORITIES:
-        raise ConfigError(f"{where}.priority: expected {' or '.join(PRIORITIES)} (or leave it out), got {priority!r}")
-    if priority == BEST_EFFORT and app.get("slo") is not None:
+        raise ConfigError(f"{where}priority: expected {' or '.join(PRIORITIES)} (or leave it out), got {priority!r}")
+    if priority == BEST_EFFORT and has_slo:
         raise ConfigError(
-            f"{where}.slo: a best-effort app has no latency target; drop the slo or make it latency-critical"
+            f"{where}slo: a best-effort app has no latency target; drop the slo or make it latency-critical"
         )
     return priority
+
+
+def parse_priority(app: dict[str, Any], where: str) -> str:
+    """An app's priority class (``apps[i].priority``), checked as :func:`check_priority` does."""
+    return check_priority(app.get("priority"), app.get("slo") is not None, f"{where}.")
 
 
 def config_from_dict(raw: Any) -> RunConfig:

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from bless.core.lifecycle import BEST_EFFORT, LATENCY_CRITICAL, PRIORITIES
-from bless.harness.config import ConfigError, parse_quota, resolve_slo
+from bless.core.lifecycle import LATENCY_CRITICAL
+from bless.harness.config import ConfigError, check_priority, parse_quota, resolve_slo
 from bless.hw.gpus import GpuSpec
 from bless.profiles.catalog import load_app
 from bless.profiles.format import Profile, ProfileError
@@ -123,13 +123,10 @@ def parse_app_spec(
         )
     q = quota_value(quota, minimum=min_quota)
     slo_seconds(slo, 1.0)  # syntax only; resolved against the ISO latency on deployment
-    priority = priority or LATENCY_CRITICAL
-    if priority not in PRIORITIES:
-        raise InvalidArgument(f"priority: expected one of {', '.join(PRIORITIES)} (or empty), got {priority!r}")
-    if priority == BEST_EFFORT and slo:
-        raise InvalidArgument(
-            "slo: a best-effort app has no latency target; drop the slo or register it latency-critical"
-        )
+    try:
+        priority = check_priority(priority, bool(slo))
+    except ConfigError as e:
+        raise InvalidArgument(str(e)) from None
     return AppSpec(
         name,
         profile,
