@@ -72,6 +72,25 @@ def test_no_policy_beats_the_bound(name, policy):
             assert b.bound == pytest.approx(fcfs_floor_bound(np.sort(a.arrivals), b.floor, b.work / bound.sm_count))
 
 
+def test_no_bound_for_apps_the_policy_cannot_place():
+    apps = [{"app": "resnet50", "quota": 0.125, "load": "B"}] * 8
+    with pytest.raises(BoundError, match="^policy: MIG cannot host"):
+        bound_for_config(config_from_dict({"policy": {"name": "mig", "rounding": "nearest"}, "apps": apps}))
+
+
+def test_the_bound_reads_the_runs_arrivals_when_apps_share_a_slice():
+    """MIG + MPS replays each slice's apps together, seeded by the slice's first app: the bound
+    binds every app's Poisson arrivals as that run does, so it counts the requests the run measured."""
+    apps = [
+        {"app": a, "quota": 0.1, "load": {"type": "poisson", "rate": 40 + 5 * i}}
+        for i, a in enumerate(["resnet50", "bert", "resnet101"] * 3)
+    ]
+    cfg = config_from_dict({"policy": {"name": "migmps", "alpha": 0.05}, "duration": 0.5, "warmup": 0.05, "apps": apps})
+    run = run_config(cfg)
+    assert "+" in run.policy["slices"]  # some apps share a slice
+    assert [b.requests for b in bound_for_config(cfg).apps] == [len(a.latencies) for a in run.apps]
+
+
 @pytest.mark.parametrize("name", ["resnet50 pair, Poisson", "three apps, A"])
 def test_the_joint_bound_is_above_the_per_app_bounds_under_heavy_load(name):
     bound = bound_for_config(config("bless", CONFIGS[name]))

@@ -481,12 +481,14 @@ def load_shape(load: Load, solo_latency: float, duration: float, warmup: float, 
 def bound_for_config(cfg: RunConfig) -> BoundResult:
     """The bound for what :func:`bless.harness.run.run_config` would run for ``cfg``.
 
-    Loads are bound with the RNGs the run gives them (seed ``cfg.seed``; ISO and
-    MIG runs each app alone with seed ``cfg.seed + i``), so open-loop arrivals
-    are exactly the run's.
+    Loads are bound with the RNGs the run gives them (seed ``cfg.seed``; an isolated
+    policy's groups each with their own, :func:`bless.harness.run.group_seed`: ISO and
+    MIG run each app alone with seed ``cfg.seed + i``), so open-loop arrivals are
+    exactly the run's.
     """
     from bless.harness.loads import parse_load
-    from bless.harness.run import app_states, make_policy
+    from bless.harness.replay import load_rngs
+    from bless.harness.run import app_states, group_seed, make_policy
     from bless.hw.gpus import get_gpu
     from bless.profiles.catalog import load_app
 
@@ -494,15 +496,20 @@ def bound_for_config(cfg: RunConfig) -> BoundResult:
     profiles = [load_app(a.app, gpu.name) for a in cfg.apps]
     states = app_states(cfg, profiles)
     loads = [parse_load(a.load, f"apps[{i}].load") for i, a in enumerate(cfg.apps)]
-    if make_policy(cfg, cfg.mechanism or "mps").isolated:
-        seeds = [np.random.default_rng(cfg.seed + i).integers(2**63) for i in range(len(loads))]
-    else:
-        root = np.random.default_rng(cfg.seed)
-        seeds = [root.integers(2**63) for _ in loads]
+    policy = make_policy(cfg, cfg.mechanism or "mps")
+    rngs = load_rngs(cfg.seed, len(loads))
+    if policy.isolated:  # each group replays on its own, seeded as bless.harness.run does
+        try:
+            groups = policy.isolated_groups(states, gpu)
+        except ValueError as e:  # e.g. MIG cannot host these quotas: no run, no arrivals to bound
+            raise BoundError(f"policy: {e}") from None
+        for group in groups:
+            for i, rng in zip(group.apps, load_rngs(group_seed(cfg, group), len(group.apps))):
+                rngs[i] = rng
     shapes = []
-    for i, (load, profile, seed) in enumerate(zip(loads, profiles, seeds)):
+    for i, (load, profile, rng) in enumerate(zip(loads, profiles, rngs)):
         solo = float(profile.T[-1])  # what the runtime binds loads with
-        load.bind(solo, np.random.default_rng(seed))
+        load.bind(solo, rng)
         shapes.append(load_shape(load, solo, cfg.duration, cfg.warmup, f"apps[{i}].load"))
     frontiers = [profile_frontier(p, gpu) for p in profiles]
     per_app, mean = latency_bounds(frontiers, shapes, gpu.sm_count)

@@ -26,6 +26,13 @@ from bless.harness.loads import Load
 from bless.harness.results import AppResult, RunResult
 
 
+def load_rngs(seed: int, n: int) -> list[np.random.Generator]:
+    """The generators a replay seeded ``seed`` binds its ``n`` apps' loads with, in app order
+    (the bound reads the same arrivals through it)."""
+    root = np.random.default_rng(seed)
+    return [np.random.default_rng(root.integers(2**63)) for _ in range(n)]
+
+
 class Replay:
     """Runs ``apps`` under ``policy`` on ``backend`` for ``duration`` seconds of arrivals."""
 
@@ -53,9 +60,8 @@ class Replay:
         self.duration = duration
         self.warmup = warmup
         self.progress = progress
-        rng = np.random.default_rng(seed)
-        for app, load in zip(apps, loads):
-            load.bind(app.profile.T[-1], np.random.default_rng(rng.integers(2**63)))
+        for app, load, rng in zip(apps, loads, load_rngs(seed, len(loads))):
+            load.bind(app.profile.T[-1], rng)
         self.executor = Executor(backend, policy, apps)
         self.executor.trace = trace
         self._arrivals: list[tuple[float, int, int]] = []

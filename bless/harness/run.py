@@ -9,7 +9,7 @@ from bless.backend.interface import Backend, create_backend
 from bless.backend.trace_events import TraceRecorder
 from bless.colocation.advisor import ColocationGate
 from bless.core.lifecycle import AppState
-from bless.core.policy import POLICIES, Policy
+from bless.core.policy import POLICIES, IsolatedGroup, Policy
 from bless.harness.config import ConfigError, RunConfig, resolve_slo
 from bless.harness.loads import parse_load
 from bless.harness.replay import Replay
@@ -17,6 +17,12 @@ from bless.harness.results import RunResult
 from bless.hw.gpus import GpuSpec, get_gpu
 from bless.profiles.catalog import load_app
 from bless.profiles.format import Profile
+
+
+def group_seed(cfg: RunConfig, group: IsolatedGroup) -> int:
+    """The seed of an isolated group's replay: its first app's, so one app per group (ISO,
+    MIG) replays with ``cfg.seed + i``, as each app alone always has."""
+    return cfg.seed + group.apps[0]
 
 
 def make_policy(cfg: RunConfig, mechanism: str = "mps") -> Policy:
@@ -96,7 +102,6 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
         raise ValueError(f"policy {cfg.policy!r} placed apps {placed}, not each of the {len(apps)} apps once")
     parts = []
     for n, group in enumerate(groups):
-        # a group's first app seeds it, so one app per group replays exactly as it always has
         first = group.apps[0]
         members = [
             AppState(k, apps[i].name, apps[i].profile, apps[i].quota, slo=apps[i].slo, priority=apps[i].priority)
@@ -110,7 +115,7 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
             [loads[i] for i in group.apps],
             duration=cfg.duration,
             warmup=cfg.warmup,
-            seed=cfg.seed + first,
+            seed=group_seed(cfg, group),
             trace=trace_recorder(backend) if trace else None,
         )
         parts.append(runtime.run())
