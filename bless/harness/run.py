@@ -97,9 +97,9 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
         return result
     # Isolated policies (ISO, MIG, MIG + MPS): each group of apps on a GPU (slice) of its own.
     groups = policy.isolated_groups(apps, gpu)
-    placed = sorted(i for g in groups for i in g.apps)
-    if placed != [a.index for a in apps]:
-        raise ValueError(f"policy {cfg.policy!r} placed apps {placed}, not each of the {len(apps)} apps once")
+    order = [i for g in groups for i in g.apps]  # the apps as the merged result lists them
+    if sorted(order) != [a.index for a in apps]:
+        raise ValueError(f"policy {cfg.policy!r} placed apps {sorted(order)}, not each of the {len(apps)} apps once")
     parts = []
     for n, group in enumerate(groups):
         first = group.apps[0]
@@ -122,8 +122,8 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
         if progress is not None:
             progress((n + 1) / len(groups))
     result = RunResult.merge(parts, policy.describe(), gpu.name)
-    merged_order = [i for g in groups for i in g.apps]
-    result.apps = [result.apps[merged_order.index(a.index)] for a in apps]  # back in config order
+    by_index = dict(zip(order, result.apps))
+    result.apps = [by_index[a.index] for a in apps]  # back in config order
     result.notes.extend(notes)
     return result
 
