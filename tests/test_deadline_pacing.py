@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from bless.core.lifecycle import AppState, Request
+from bless.core.scheduler import caution_after
 from bless.harness.config import config_from_dict
 from bless.harness.run import run_config
 from bless.hw.gpus import get_gpu
@@ -120,3 +121,21 @@ def test_a_late_latency_critical_request_still_goes_before_best_effort_work():
     first = decision.launches[0]
     assert first.request.app is lc and first.sm_limit is None  # the top, unrestricted
     assert all(p.request.app is lc for p in decision.launches)
+
+
+def test_a_long_app_beside_a_short_one_keeps_its_iso_latency():
+    """VGG11's short requests come back before ResNet101's long one is done: a projection that
+    counts on the GPU freed after each of them leaves ResNet101 9 % over ISO; caution learnt
+    from the lateness brings it to its quota's promise, and VGG11 still far below its own."""
+    r = pair("B", apps=("vgg11", "resnet101"), duration=2.0)
+    short, long = (a.mean / a.iso_latency for a in r.apps)
+    assert long <= 1.03
+    assert short <= 0.85
+
+
+def test_caution_follows_lateness_and_stays_in_bounds():
+    c = caution_after(0.0, 0.002, 0.020)
+    assert 0.0 < c < 1.0  # late by a tenth of the target: a tenth more caution
+    assert caution_after(c, -0.002, 0.020) < c  # early: back towards counting on the bubbles
+    assert caution_after(0.9, 1.0, 0.020) == 1.0
+    assert caution_after(0.1, -1.0, 0.020) == 0.0

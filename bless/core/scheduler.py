@@ -280,13 +280,15 @@ together from now, run ``i`` free to start ``ready[i]`` from now (the determiner
 
 
 def build_deadline_squad(
-    requests: list[PacedRequest], now: float, window: float, price: Pricer | None = None
+    requests: list[PacedRequest], now: float, window: float, price: Pricer | None = None, caution: float = 0.0
 ) -> PacedLaunch:
     """The kernels to launch now under deadline pacing (see the section comment above).
 
     Kernels stream: a request that still has :data:`QUEUED` windows of kernels
     queued gets none now (a host that decides late does not starve the GPU), and
-    no barrier separates two launches.  Each entry carries
+    no barrier separates two launches.  ``caution`` (in [0, 1], see
+    :func:`caution_after`) is how little a restricted request may count on the
+    GPU freed when the top is done.  Each entry carries
     its context (``sm_limit``); restricted requests are launched first.  An
     entry covers about ``window`` seconds of the request's kernels.
     """
@@ -336,7 +338,7 @@ def build_deadline_squad(
         return PacedLaunch((), (), (), min(wake, *refills))  # every one has enough queued
     priced = None
     if price is not None and len(picked) > 1:
-        row, priced = _top_row(picked, now, window, price)
+        row, priced = _top_row(picked, now, window, price, caution)
         picked[0] = (top, row)
     # Restricted requests first: launched first, they find their SMs free.
     order = [i for i, (p, row) in enumerate(picked) if row < p.table.full]
@@ -386,7 +388,7 @@ def _window_count(p: PacedRequest, row: int, window: float) -> int:
 
 
 def _top_row(
-    picked: list[tuple[PacedRequest, int]], now: float, window: float, price: Pricer
+    picked: list[tuple[PacedRequest, int]], now: float, window: float, price: Pricer, caution: float
 ) -> tuple[int, list[float]]:
     """The top's context beside restricted requests, and how long each picked request's
     next window of kernels is expected to take in that configuration.
@@ -399,8 +401,9 @@ def _top_row(
     top's own deadline needs.  The next
     window is priced by the determiner's kernel walk; the rest is projected: a
     restricted request keeps its window's pace (slowed by its interference
-    stretch) until the top, at its own window's pace, is done, then has the GPU
-    at full-GPU speed.
+    stretch) until the top, at its own window's pace, is done, then goes at a
+    pace between full-GPU speed (the top's app stays away) and its quota's
+    (the top's app comes back first and takes the GPU again), by ``caution``.
     """
     top = picked[0][0]
     tab = top.table
@@ -425,8 +428,13 @@ def _top_row(
         line = pt.lines[p.quota_row]
         rem = line[-1] - line[k]
         pace = (line[k + c] - line[k]) / max(end * p.stretch, 1e-12)
-        # Done at its window's pace while the top runs, or the rest at full-GPU speed after it.
-        finish = rem / pace if pace * top_end >= rem else top_end + (rem - pace * top_end) * pt.rest(pt.full, k) / rem
+        # Done at its window's pace while the top runs, or the rest after it, between full-GPU
+        # speed and its quota's pace (``rem`` is in quota-pace seconds).
+        if pace * top_end >= rem:
+            finish = rem / pace
+        else:
+            fast = pt.rest(pt.full, k) / rem
+            finish = top_end + (rem - pace * top_end) * (fast + caution * (1.0 - fast))
         if now + finish + window > p.deadline:
             row = max(0, tab.first_row_at_most(tab.sm_count - sum(sms for _, sms, _ in rest)))
             if now + pt.rest(pt.full, k) * p.stretch > p.deadline:
@@ -439,3 +447,26 @@ def _top_row(
                 _, ends = walk(row)
             break
     return row, [e - r for e, r in zip(ends, ready)]
+
+
+CAUTION_GAIN = 1.0
+"""How fast deadline pacing's caution follows lateness: a request late by its app's whole
+ISO latency takes it from 0 to 1.  Our assumption, the natural unit; the Fig. 13 means with
+exponential think times were 23.79 / 23.97 / 23.97 ms at gains 0.5 / 1 / 2
+(``experiments/README.md``)."""
+
+
+def caution_after(caution: float, lateness: float, target: float) -> float:
+    """An app's caution once one of its requests finished ``lateness`` seconds after its
+    deadline (negative: early), its app's latency target being ``target`` seconds.
+
+    Caution, in [0, 1], is how little a waiting request's projection counts on the
+    GPU the top frees when it is done: 0, all of it (the top's app stays away long
+    enough); 1, only its quota's pace (the top's app comes back first and takes
+    it).  Which is right depends on the neighbours' arrivals, which deadline
+    pacing does not know; so it learns it from the outcome: lateness raises it,
+    earliness lowers it (an integral controller on lateness relative to the
+    target), and a GPU whose requests finish on time goes back to counting on
+    the bubbles.
+    """
+    return min(max(caution + CAUTION_GAIN * lateness / target, 0.0), 1.0)

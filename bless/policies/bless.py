@@ -29,6 +29,7 @@ from bless.core.scheduler import (
     Squad,
     build_deadline_squad,
     build_squad,
+    caution_after,
 )
 from bless.hw.gpus import N_LEVELS, GpuSpec
 from bless.hw.interference import InterferenceModel
@@ -137,6 +138,9 @@ class BlessPolicy(Policy):
         kernels are expected to end), from its first step to its completion."""
         self._iso_finish: dict[int, float] = {}
         """Per app index: when its latest request would finish in the ISO run."""
+        self._caution: dict[int, float] = {}
+        """Per app index: its caution (:func:`bless.core.scheduler.caution_after`); the
+        projections use the highest, so one app falling behind makes every top yield to it."""
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
         # Contexts already created stay; the level cap only ever goes down so
@@ -158,6 +162,7 @@ class BlessPolicy(Policy):
             for a in apps
         }
         self._stretch = neighbour_stretch(apps, gpu)
+        self._caution = {a.index: self._caution[a.index] for a in apps if a.index in self._caution}
         self._paced = {rid: self._rebased(p) for rid, p in self._paced.items()}
 
     def _rebased(self, paced: PacedRequest) -> PacedRequest:
@@ -215,7 +220,11 @@ class BlessPolicy(Policy):
 
     def on_complete(self, request, now: float) -> None:
         self._last_limit.pop(request.rid, None)
-        self._paced.pop(request.rid, None)
+        paced = self._paced.pop(request.rid, None)
+        app = request.app
+        if paced is not None and not app.best_effort:
+            i = app.index
+            self._caution[i] = caution_after(self._caution.get(i, 0.0), now - paced.deadline, app.target)
 
     def _pacing_state(self, request: Request) -> PacedRequest:
         """The request's deadline-pacing state, made the first time it is asked for.
@@ -241,7 +250,8 @@ class BlessPolicy(Policy):
         """Stream each request's next window of kernels in its context (no barrier)."""
         known = self._paced
         state = [known.get(r.rid) or self._pacing_state(r) for r in active]
-        launch = build_deadline_squad(state, now, self.window, self._determiner().run_ends)
+        caution = max(self._caution.values(), default=0.0)
+        launch = build_deadline_squad(state, now, self.window, self._determiner().run_ends, caution)
         for e, d in zip(launch.launches, launch.durations):
             paced = known[e.request.rid]
             paced.busy_until = max(paced.busy_until, now) + d
