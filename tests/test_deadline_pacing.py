@@ -104,6 +104,9 @@ def test_pacing_names_and_errors():
         BlessPolicy(pacing="edf")
     with pytest.raises(ValueError, match="window must be a positive number of seconds"):
         BlessPolicy(window=0)
+    for bad in (-1.0, "1", True):
+        with pytest.raises(ValueError, match="caution_gain must be a number >= 0"):
+            BlessPolicy(caution_gain=bad)
 
 
 def test_a_late_latency_critical_request_still_goes_before_best_effort_work():

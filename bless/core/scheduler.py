@@ -456,9 +456,10 @@ exponential think times were 23.79 / 23.97 / 23.97 ms at gains 0.5 / 1 / 2
 (``experiments/README.md``)."""
 
 
-def caution_after(caution: float, lateness: float, target: float) -> float:
+def caution_after(caution: float, lateness: float, target: float, gain: float = CAUTION_GAIN) -> float:
     """An app's caution once one of its requests finished ``lateness`` seconds after its
-    deadline (negative: early), its app's latency target being ``target`` seconds.
+    deadline (negative: early), its app's latency target being ``target`` seconds
+    (``gain`` 0: caution stays where it is, 0 from the start: the ablation).
 
     Caution, in [0, 1], is how little a waiting request's projection counts on the
     GPU the top frees when it is done: 0, all of it (the top's app stays away long
@@ -469,4 +470,4 @@ def caution_after(caution: float, lateness: float, target: float) -> float:
     target), and a GPU whose requests finish on time goes back to counting on
     the bubbles.
     """
-    return min(max(caution + CAUTION_GAIN * lateness / target, 0.0), 1.0)
+    return min(max(caution + gain * lateness / target, 0.0), 1.0)

@@ -16,6 +16,7 @@ Two pacing rules build the squads (``pacing``):
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from bless.core.determiner import Determiner, restricted_count
 from bless.core.lifecycle import AppState, Request
 from bless.core.policy import Decision, Policy, RequestLaunch, SquadEstimate
 from bless.core.scheduler import (
+    CAUTION_GAIN,
     PacedRequest,
     PaceTable,
     Squad,
@@ -83,11 +85,16 @@ def max_restricted_level(apps: list[AppState], gpu: GpuSpec, mechanism: str = "m
     return min(level, N_LEVELS - 1)
 
 
+def _is_number(value: object) -> TypeGuard[float]:
+    """A plain number (an int or a float, not a bool): what a numeric option must be."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def parse_split_ratio(value: float | str | None) -> float | None:
     """A split ratio in [0, 1], or ``"auto"``/None: the determiner picks one per squad."""
     if value is None or value == "auto":
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+    if not _is_number(value) or not 0.0 <= value <= 1.0:
         raise ValueError(f"split_ratio must be a number in [0, 1] or 'auto', got {value!r}")
     return float(value)
 
@@ -108,6 +115,7 @@ class BlessPolicy(Policy):
         switch_cost: float | None = None,
         decide_per_kernel: float | None = None,
         ahead: bool = True,
+        caution_gain: float = CAUTION_GAIN,
     ) -> None:
         if squad_size < 1:
             raise ValueError(f"squad_size must be >= 1, got {squad_size}")
@@ -115,7 +123,7 @@ class BlessPolicy(Policy):
         self.split_ratio = parse_split_ratio(split_ratio)
         self.determiner_mode = determiner
         self.pacing = parse_pacing(pacing)
-        if not window > 0:
+        if not _is_number(window) or not window > 0:
             raise ValueError(f"window must be a positive number of seconds, got {window!r}")
         self.window = window
         self.mechanism = mechanism
@@ -124,6 +132,11 @@ class BlessPolicy(Policy):
         :meth:`setup` takes the GPU's ``HostCosts.context_switch`` (what the simulator charges)."""
         self.decide_per_kernel = DECIDE_PER_KERNEL[self.pacing] if decide_per_kernel is None else decide_per_kernel
         self.ahead = ahead
+        if not _is_number(caution_gain) or not caution_gain >= 0:
+            raise ValueError(f"caution_gain must be a number >= 0 (0: no caution), got {caution_gain!r}")
+        self.caution_gain = caution_gain
+        """Deadline pacing's :data:`~bless.core.scheduler.CAUTION_GAIN` (0: the projection always
+        counts on the GPU the top frees, the ablation)."""
         """Build and configure the next squad while the current one runs (hides the decision's host time)."""
         self._last_limit: dict[int, int | None] = {}
         """Per request id: SM limit of its latest launched kernel."""
@@ -224,7 +237,9 @@ class BlessPolicy(Policy):
         app = request.app
         if paced is not None and not app.best_effort:
             i = app.index
-            self._caution[i] = caution_after(self._caution.get(i, 0.0), now - paced.deadline, app.target)
+            self._caution[i] = caution_after(
+                self._caution.get(i, 0.0), now - paced.deadline, app.target, self.caution_gain
+            )
 
     def _pacing_state(self, request: Request) -> PacedRequest:
         """The request's deadline-pacing state, made the first time it is asked for.
@@ -272,6 +287,7 @@ class BlessPolicy(Policy):
             "pacing": self.pacing,
             "window": self.window,
             "ahead": self.ahead,
+            "caution_gain": self.caution_gain,
         }
 
 
