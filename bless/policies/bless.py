@@ -39,7 +39,7 @@ from bless.hw.interference import InterferenceModel
 DECIDE_PER_KERNEL = {"paper": 1e-6, "none": 1e-6, "deadline": 3e-6}
 """Host time per scheduled kernel, per pacing rule: squad building and configuration
 search, 0.8-1.3 us with 2-8 active apps (``bless bench overhead``, first table); deadline
-pacing's whole step, 1.1-1.5 us with 2-8 apps (second table, in a replay; it decides every
+pacing's whole step, 1.2-1.6 us with 2-8 apps (second table, in a replay; it decides every
 window, about 15-23 kernels, and prices its configuration with the kernel walk).  Deadline
 pacing is charged 3 us, twice what it costs: conservative, and the committed results stay
 comparable with those taken before its step was made faster.  The paper's C++ runtime: 6.7 us."""
