@@ -132,12 +132,12 @@ class BlessPolicy(Policy):
         :meth:`setup` takes the GPU's ``HostCosts.context_switch`` (what the simulator charges)."""
         self.decide_per_kernel = DECIDE_PER_KERNEL[self.pacing] if decide_per_kernel is None else decide_per_kernel
         self.ahead = ahead
+        """Build and configure the next squad while the current one runs (hides the decision's host time)."""
         if not _is_number(caution_gain) or not caution_gain >= 0:
             raise ValueError(f"caution_gain must be a number >= 0 (0: no caution), got {caution_gain!r}")
         self.caution_gain = caution_gain
         """Deadline pacing's :data:`~bless.core.scheduler.CAUTION_GAIN` (0: the projection always
         counts on the GPU the top frees, the ablation)."""
-        """Build and configure the next squad while the current one runs (hides the decision's host time)."""
         self._last_limit: dict[int, int | None] = {}
         """Per request id: SM limit of its latest launched kernel."""
         self.determiner: Determiner | None = None
