@@ -211,8 +211,11 @@ class PaceTable:
     def first_row_within(self, start: int, left: float, stretch: float, lowest: int = 0) -> int:
         """The smallest context (row, from ``lowest``) in which kernels ``start..``, slowed by
         ``stretch``, take at most ``left`` seconds; the unrestricted row if none does."""
-        full = self.full
-        return next((row for row in range(lowest, full + 1) if self.rest(row, start) * stretch <= left), full)
+        for row in range(lowest, self.full):
+            line = self.lines[row]
+            if (line[-1] - line[start]) * stretch <= left:
+                return row
+        return self.full
 
     def first_row_at_least(self, sms: float) -> int:
         """The smallest context (row) with at least ``sms`` SMs; the unrestricted row if none."""
@@ -258,14 +261,18 @@ class PacedRequest:
         self.rank = (self.deadline, self.request.arrival, self.request.rid)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PacedLaunch:
-    """What deadline pacing launches now: kernels per request in their contexts."""
+    """What deadline pacing launches now: kernels per request in their contexts.  (Not
+    frozen: it is made at every step on the host's critical path, read once, and a frozen
+    dataclass pays for each field it sets.)"""
 
     launches: tuple[RequestLaunch, ...]
     """Restricted requests first: launched first, they find their SMs free."""
     launch_of_kernel: tuple[int, ...]
     """The launch each kernel belongs to, kernels in the order they would start alone."""
+    rows: tuple[int, ...]
+    """Each launch's context: its row in the request's :class:`PaceTable`."""
     durations: tuple[float, ...]
     """Expected duration of each launch's kernels in its context (interference included)."""
     wake_at: float
@@ -297,7 +304,7 @@ def build_deadline_squad(
     live = [p for p in requests if p.request.scheduled < p.table.n_kernels]
     live.sort(key=_rank)
     if not live:
-        return PacedLaunch((), (), (), math.inf)
+        return PacedLaunch((), (), (), (), math.inf)
     if live[0].deadline < now:  # past their deadlines (a prefix): behind those that can still meet theirs
         late = next((i for i, p in enumerate(live) if p.deadline >= now), len(live))
         # ... but ahead of best-effort requests (no deadline, a suffix), which take what is left.
@@ -335,16 +342,18 @@ def build_deadline_squad(
     windows = [window * BEST_EFFORT_WINDOW if p.best_effort else window for p, _ in picked]
     refills = [p.busy_until - QUEUED * w for (p, _), w in zip(picked, windows)]  # when each runs short of kernels
     if min(refills) > now + _TICK:
-        return PacedLaunch((), (), (), min(wake, *refills))  # every one has enough queued
+        return PacedLaunch((), (), (), (), min(wake, *refills))  # every one has enough queued
+    counts = [_window_count(p, row, w) for (p, row), w in zip(picked, windows)]
     priced = None
-    if price is not None and len(picked) > 1:
-        row, priced = _top_row(picked, now, window, price, caution)
+    if price is not None and len(picked) > 1:  # then none is best-effort: their windows are ``window``
+        row, counts[0], priced = _top_row(picked, counts, now, window, price, caution)
         picked[0] = (top, row)
     # Restricted requests first: launched first, they find their SMs free.
     order = [i for i, (p, row) in enumerate(picked) if row < p.table.full]
     order += [i for i, (p, row) in enumerate(picked) if row >= p.table.full]
     entries = []
     lines = []
+    rows = []
     durations = []
     for i in order:
         p, row = picked[i]
@@ -354,16 +363,17 @@ def build_deadline_squad(
             continue  # enough of its kernels are queued
         r = p.request
         tab = p.table
-        count = _window_count(p, row, windows[i])
+        count = counts[i]
         entries.append(RequestLaunch(r, r.scheduled, count, tab.limits[row] if row < tab.full else None))
         lines.append(tab.lines[row])
+        rows.append(row)
         # The walk's duration where it priced the configuration (co-running included).
         durations.append(tab.work(row, r.scheduled, count) * p.stretch if priced is None else priced[i])
         if r.scheduled + count < tab.n_kernels:
             wake = min(wake, max(now, p.busy_until) + max(durations[-1] - QUEUED * windows[i], _TICK))
     if not entries:
-        return PacedLaunch((), (), (), wake)
-    return PacedLaunch(tuple(entries), _start_order(entries, lines), tuple(durations), wake)
+        return PacedLaunch((), (), (), (), wake)
+    return PacedLaunch(tuple(entries), _start_order(entries, lines), tuple(rows), tuple(durations), wake)
 
 
 def _start_order(entries: list[RequestLaunch], lines: list[list[float]]) -> tuple[int, ...]:
@@ -371,12 +381,13 @@ def _start_order(entries: list[RequestLaunch], lines: list[list[float]]) -> tupl
     contexts from now (``lines[j]``: launch j's context row; ties: the earlier launch first)."""
     if len(entries) == 1:
         return (0,) * entries[0].count
-    keyed: list[tuple[float, int]] = []
+    starts: list[float] = []
+    owners: list[int] = []
     for j, (e, line) in enumerate(zip(entries, lines)):
         base = line[e.start]
-        keyed.extend((line[k] - base, j) for k in range(e.start, e.start + e.count))
-    keyed.sort()
-    return tuple(j for _, j in keyed)
+        starts += [t - base for t in line[e.start : e.start + e.count]]
+        owners += [j] * e.count
+    return tuple(owners[i] for i in sorted(range(len(starts)), key=starts.__getitem__))
 
 
 def _window_count(p: PacedRequest, row: int, window: float) -> int:
@@ -388,10 +399,11 @@ def _window_count(p: PacedRequest, row: int, window: float) -> int:
 
 
 def _top_row(
-    picked: list[tuple[PacedRequest, int]], now: float, window: float, price: Pricer, caution: float
-) -> tuple[int, list[float]]:
-    """The top's context beside restricted requests, and how long each picked request's
-    next window of kernels is expected to take in that configuration.
+    picked: list[tuple[PacedRequest, int]], counts: list[int], now: float, window: float, price: Pricer, caution: float
+) -> tuple[int, int, list[float]]:
+    """The top's context beside restricted requests, its window of kernels there, and how
+    long each picked request's next window (``counts[i]`` kernels, the top's in its
+    unrestricted context) is expected to take in that configuration.
 
     The top runs unrestricted while every restricted request is projected to
     meet its deadline, with a window to spare, beside it (the top takes the SMs
@@ -409,16 +421,11 @@ def _top_row(
     tab = top.table
     full = tab.full
     ready = [max(p.busy_until - now, 0.0) for p, _ in picked]
-    rest = [(p.request, p.table.sms(r), _window_count(p, r, window)) for p, r in picked[1:]]
-    runs: list[tuple[Profile, int, int, int | None]] = [(top.request.app.profile, top.request.scheduled, 0, None)]
+    rest = [(p.request, p.table.sms(r), c) for (p, r), c in zip(picked[1:], counts[1:])]
+    count = counts[0]
+    runs: list[tuple[Profile, int, int, int | None]] = [(top.request.app.profile, top.request.scheduled, count, None)]
     runs += [(r.app.profile, r.scheduled, c, sms) for r, sms, c in rest]
-
-    def walk(row: int) -> tuple[int, list[float]]:
-        count = _window_count(top, row, window)
-        runs[0] = (top.request.app.profile, top.request.scheduled, count, None if row == full else tab.sms(row))
-        return count, price(runs, ready)
-
-    count, ends = walk(full)
+    ends = price(runs, ready)
     k = top.request.scheduled
     top_end = ends[0] * tab.rest(full, k) / max(tab.work(full, k, count), 1e-12)
     row = full
@@ -444,9 +451,11 @@ def _top_row(
                 left = top.deadline - max(now, top.busy_until)
                 row = max(row, tab.first_row_within(top.request.scheduled, left - window, top.stretch))
             if row < full:
-                _, ends = walk(row)
+                count = _window_count(top, row, window)
+                runs[0] = (top.request.app.profile, top.request.scheduled, count, tab.sms(row))
+                ends = price(runs, ready)
             break
-    return row, [e - r for e, r in zip(ends, ready)]
+    return row, count, [e - r for e, r in zip(ends, ready)]
 
 
 CAUTION_GAIN = 1.0

@@ -154,6 +154,8 @@ class BlessPolicy(Policy):
         self._caution: dict[int, float] = {}
         """Per app index: its caution (:func:`bless.core.scheduler.caution_after`); the
         projections use the highest, so one app falling behind makes every top yield to it."""
+        self._highest_caution = 0.0
+        """The highest of ``_caution``, kept as it changes (at completions, not at every step)."""
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
         # Contexts already created stay; the level cap only ever goes down so
@@ -176,6 +178,7 @@ class BlessPolicy(Policy):
         }
         self._stretch = neighbour_stretch(apps, gpu)
         self._caution = {a.index: self._caution[a.index] for a in apps if a.index in self._caution}
+        self._highest_caution = max(self._caution.values(), default=0.0)
         self._paced = {rid: self._rebased(p) for rid, p in self._paced.items()}
 
     def _rebased(self, paced: PacedRequest) -> PacedRequest:
@@ -240,6 +243,7 @@ class BlessPolicy(Policy):
             self._caution[i] = caution_after(
                 self._caution.get(i, 0.0), now - paced.deadline, app.target, self.caution_gain
             )
+            self._highest_caution = max(self._caution.values())
 
     def _pacing_state(self, request: Request) -> PacedRequest:
         """The request's deadline-pacing state, made the first time it is asked for.
@@ -265,12 +269,11 @@ class BlessPolicy(Policy):
         """Stream each request's next window of kernels in its context (no barrier)."""
         known = self._paced
         state = [known.get(r.rid) or self._pacing_state(r) for r in active]
-        caution = max(self._caution.values(), default=0.0)
-        launch = build_deadline_squad(state, now, self.window, self._determiner().run_ends, caution)
-        for e, d in zip(launch.launches, launch.durations):
+        launch = build_deadline_squad(state, now, self.window, self._determiner().run_ends, self._highest_caution)
+        for e, row, d in zip(launch.launches, launch.rows, launch.durations):
             paced = known[e.request.rid]
             paced.busy_until = max(paced.busy_until, now) + d
-            paced.row = paced.table.row_of(e.sm_limit)
+            paced.row = row
         return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
 
     def _determiner(self) -> Determiner:
