@@ -114,7 +114,9 @@ class Launched(Protocol):
     """What the caller attached at launch (the executor: the request)."""
     start: float | None
     end: float | None
-    """Host-clock seconds; None until the backend has resolved them."""
+    """Host-clock seconds; None until the backend has resolved them, which it does for a
+    finished kernel at the latest when the host next waits on it (a policy reads ``end`` to
+    see how far a request's kernels really are)."""
     error: str | None
     """Why the kernel failed, or None.  The request it belongs to ends failed."""
 

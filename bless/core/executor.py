@@ -115,8 +115,8 @@ class Executor:
         if decision is not None and decision.launches:
             launched = True
             backend.charge_host(cost)
-            self.policy.on_launch(decision)
             launches = self.manager.execute(decision)
+            self.policy.on_launch(decision)
             if trace is not None:
                 trace.launched(decision, launches, *squad_estimate(decision))
                 trace.host("decide and launch", backend.now())

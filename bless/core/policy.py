@@ -123,7 +123,8 @@ class Policy(ABC):
         return None
 
     def on_launch(self, decision: Decision) -> None:
-        """The executor launched ``decision`` (a decision taken ahead may be dropped, never launched)."""
+        """The executor launched ``decision``: each request's ``last_launch`` is now its latest
+        kernel's launch object (a decision taken ahead may be dropped, never launched)."""
 
     def on_complete(self, request: Request, now: float) -> None:
         """A request finished (its last kernel ended at ``request.end``)."""

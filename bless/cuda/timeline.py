@@ -3,9 +3,8 @@
 Every launch records an *end* event after its kernel; a ``timed`` launch
 also records a *start* event just before it.  The end event serves three
 purposes: a later launch in another stream that must follow this one waits
-on it (``cuStreamWaitEvent``), :meth:`Timeline.poll` asks it whether a
-``notify`` launch finished (``cuEventQuery``), and it gives the launch's end
-time.  Events are recycled once their launch is *resolved* (its times read),
+on it (``cuStreamWaitEvent``), :meth:`Timeline.poll` asks it whether the
+launch finished (``cuEventQuery``), and it gives the launch's end time.  Events are recycled once their launch is *resolved* (its times read),
 which is safe because a stream wait captures the event's state when it is
 issued.
 
@@ -272,13 +271,14 @@ class Timeline:
             self.resolve(r)
 
     def poll(self, streams: list[CudaStream]) -> None:
-        """Resolve every ``notify`` launch that has finished (``cuEventQuery`` on its end event)."""
+        """Resolve every launch that has finished, each stream's in order (``cuEventQuery`` on
+        its end event): the host sees a finished ``notify`` launch, and a policy sees the end of
+        every finished kernel (deadline pacing corrects its expectations with them).  A stream
+        costs one query that fails, plus one per launch that finished since the last poll."""
         for s in streams:
-            while s.notify:
-                head = s.notify[0]
-                if not self.driver.done("cuEventQuery", head.end_event):
-                    break
-                self.resolve_through(head)
+            pending = s.pending
+            while pending and self.driver.done("cuEventQuery", pending[0].end_event):
+                self.resolve_through(pending[0])
 
     def take_completed(self) -> list[CudaLaunch]:
         done, self.completed = self.completed, []

@@ -189,7 +189,7 @@ class BlessPolicy(Policy):
         row = tab.row_of(paced.table.sms(paced.row)) if paced.row >= 0 else -1
         stretch = self._stretch.get(app.index, 1.0)
         return PacedRequest(
-            paced.request, paced.deadline, tab, app.quota * tab.sm_count, stretch, row, paced.busy_until
+            paced.request, paced.deadline, tab, app.quota * tab.sm_count, stretch, row, paced.busy_until, paced.windows
         )
 
     def context_limits(self, app: AppState, gpu: GpuSpec) -> list[int | None]:
@@ -227,8 +227,12 @@ class BlessPolicy(Policy):
         return self.step(now + running.estimate.duration, apps)
 
     def on_launch(self, decision: Decision) -> None:
+        paced = self._paced
         for p in decision.launches:
-            self._last_limit[p.request.rid] = p.sm_limit
+            r = p.request
+            self._last_limit[r.rid] = p.sm_limit
+            if r.rid in paced:
+                paced[r.rid].launched(r.last_launch)
 
     def decision_cost(self, decision: Decision) -> float:
         """Squad building and configuration search, per scheduled kernel."""
@@ -269,6 +273,9 @@ class BlessPolicy(Policy):
         """Stream each request's next window of kernels in its context (no barrier)."""
         known = self._paced
         state = [known.get(r.rid) or self._pacing_state(r) for r in active]
+        for p in state:
+            if p.windows:
+                p.observe(now)
         launch = build_deadline_squad(state, now, self.window, self._determiner().run_ends, self._highest_caution)
         for e, row, d in zip(launch.launches, launch.rows, launch.durations):
             paced = known[e.request.rid]
