@@ -4,9 +4,9 @@ Every launch records an *end* event after its kernel; a ``timed`` launch
 also records a *start* event just before it.  The end event serves three
 purposes: a later launch in another stream that must follow this one waits
 on it (``cuStreamWaitEvent``), :meth:`Timeline.poll` asks it whether the
-launch finished (``cuEventQuery``), and it gives the launch's end time.  Events are recycled once their launch is *resolved* (its times read),
-which is safe because a stream wait captures the event's state when it is
-issued.
+launch finished (``cuEventQuery``), and it gives the launch's end time.
+Events are recycled once their launch is *resolved* (its times read), which
+is safe because a stream wait captures the event's state when it is issued.
 
 Device times become host times through a per-context *anchor*: an event
 of that context whose host time is known, so an event ``e`` of the context
