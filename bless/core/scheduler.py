@@ -153,6 +153,19 @@ QUEUED = 1.5
 """Windows of kernels a running request keeps queued: a host that decides late by up to that
 much leaves no gap on the GPU (on the wall clock a busy host is late by milliseconds).  Our
 assumption; the served load test (tests/test_server_load.py) checks it against ``bless run``."""
+REFILL_SLACK = 0.25
+"""A refill due within this share of a window is due now.  A window that runs late pushes
+its request's refill back by the lateness, as pacing sees it (:meth:`PacedRequest.observe`),
+often by a few microseconds at a time; waking for each would poll the device.  Our
+assumption: with 8 closed loops it halved the steps (1489 to 612) and moved the Fig. 13 and
+Fig. 14 pairs by no more than their seed noise."""
+TOP_UP = 1.0
+"""A step that launches anything also gives its next window to every running request whose
+queue would run short within this many of its windows: batched into a step already paid
+for, rather than each in a step of its own.  A request then keeps between :data:`QUEUED`
+and ``QUEUED + TOP_UP`` windows queued.  Our assumption: with 8 closed loops it cut the
+steps from 612 to 456 (23 kernels a step, was 7), with Fig. 13 and Fig. 14 unchanged
+within seed noise (``experiments/README.md``)."""
 
 
 @dataclass(frozen=True)
@@ -178,14 +191,14 @@ class PaceTable:
     n_kernels: int = field(init=False, repr=False, compare=False)
     full: int = field(init=False, repr=False, compare=False)
     """The unrestricted context's row."""
+    row_sms: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    """SMs of each row's context (``limits``, then the whole GPU's)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lines", tuple(row.tolist() for row in self.prefix))
         object.__setattr__(self, "n_kernels", self.prefix.shape[1] - 1)
         object.__setattr__(self, "full", len(self.limits))
-
-    def sms(self, row: int) -> int:
-        return self.limits[row] if row < len(self.limits) else self.sm_count
+        object.__setattr__(self, "row_sms", (*self.limits, self.sm_count))
 
     def row_of(self, sm_limit: int | None) -> int:
         """The row of the context restricted to ``sm_limit`` SMs (None or the whole GPU: the
@@ -210,14 +223,18 @@ class PaceTable:
             return len(self.limits)
         return bisect.bisect_right(self.limits, sms + 1e-9) - 1
 
-    def first_row_within(self, start: int, left: float, stretch: float, lowest: int = 0) -> int:
-        """The smallest context (row, from ``lowest``) in which kernels ``start..``, slowed by
-        ``stretch``, take at most ``left`` seconds; the unrestricted row if none does."""
-        for row in range(lowest, self.full):
+    def first_row_within(
+        self, start: int, left: float, stretch: float, lowest: int = 0, highest: int | None = None
+    ) -> int:
+        """The smallest context (row, from ``lowest``, below ``highest``) in which kernels
+        ``start..``, slowed by ``stretch``, take at most ``left`` seconds; ``highest`` (default:
+        the unrestricted row) if none does."""
+        top = self.full if highest is None else highest
+        for row in range(lowest, top):
             line = self.lines[row]
             if (line[-1] - line[start]) * stretch <= left:
                 return row
-        return self.full
+        return top
 
     def first_row_at_least(self, sms: float) -> int:
         """The smallest context (row) with at least ``sms`` SMs; the unrestricted row if none."""
@@ -337,14 +354,18 @@ def build_deadline_squad(
     if not live:
         return PacedLaunch((), (), (), (), math.inf)
     if live[0].deadline < now:  # past their deadlines (a prefix): behind those that can still meet theirs
-        late = next((i for i, p in enumerate(live) if p.deadline >= now), len(live))
+        late = 1
+        while late < len(live) and live[late].deadline < now:
+            late += 1
         # ... but ahead of best-effort requests (no deadline, a suffix), which take what is left.
-        best = next((i for i in range(late, len(live)) if live[i].best_effort), len(live))
+        best = late
+        while best < len(live) and not live[best].best_effort:
+            best += 1
         live = live[late:best] + live[:late] + live[best:]
     wake = now + window  # waiting requests are looked at again within a window
     # Who runs: the earliest deadline, and every request that cannot wait a window.
     top = live[0]
-    urgent = []  # (request, row of its quota's context, row that meets its deadline)
+    urgent = []  # (request, row of its quota's context, time left to its deadline)
     spare = top.table.sm_count - top.quota_sms  # SMs the quotas of the top and the urgent leave
     for p in live[1:]:
         tab = p.table
@@ -355,24 +376,26 @@ def build_deadline_squad(
         line = tab.lines[q]
         if (line[-1] - line[k]) * p.stretch + window <= left:
             continue  # it can wait a window and still finish at its quota (the common case: inlined)
-        need = tab.first_row_within(k, left, p.stretch, q)
-        urgent.append((p, q, need))
-        spare -= tab.sms(q)
+        urgent.append((p, q, left))
+        spare -= tab.row_sms[q]
     # Where: each its quota first (the quotas fit the GPU), then more for those
     # behind, earliest deadline first, from what the others' quotas leave.
     picked: list[tuple[PacedRequest, int]] = [(top, top.table.full)]
-    for p, q, need in urgent:
+    for p, q, left in urgent:
         tab = p.table
-        row = min(need, tab.first_row_at_most(spare + tab.sms(q)))
-        if row <= p.row < tab.full and tab.sms(p.row) <= spare + tab.sms(q):
-            row = p.row  # its current context still serves: no switch
+        sms = tab.row_sms
+        fits = spare + sms[q]  # its quota's SMs and what the others' leave
+        row = tab.first_row_at_most(fits)
         if row < 0:
             continue  # no context fits what the others leave this window
+        row = tab.first_row_within(p.request.scheduled, left, p.stretch, q, row)  # the smallest that meets its deadline
+        if row <= p.row < tab.full and sms[p.row] <= fits:
+            row = p.row  # its current context still serves: no switch
         picked.append((p, row))
-        spare -= tab.sms(row) - tab.sms(q)
+        spare -= sms[row] - sms[q]
     windows = [window * BEST_EFFORT_WINDOW if p.best_effort else window for p, _ in picked]
     refills = [p.busy_until - QUEUED * w for (p, _), w in zip(picked, windows)]  # when each runs short of kernels
-    if min(refills) > now + _TICK:
+    if min(refills) > now + max(_TICK, REFILL_SLACK * window):
         return PacedLaunch((), (), (), (), min(wake, *refills))  # every one has enough queued
     counts = [_window_count(p, row, w) for (p, row), w in zip(picked, windows)]
     priced = None
@@ -389,7 +412,7 @@ def build_deadline_squad(
     for i in order:
         p, row = picked[i]
         refill = refills[i]
-        if refill > now + _TICK:
+        if refill > now + TOP_UP * windows[i]:
             wake = min(wake, refill)
             continue  # enough of its kernels are queued
         r = p.request
@@ -452,7 +475,7 @@ def _top_row(
     tab = top.table
     full = tab.full
     ready = [max(p.busy_until - now, 0.0) for p, _ in picked]
-    rest = [(p.request, p.table.sms(r), c) for (p, r), c in zip(picked[1:], counts[1:])]
+    rest = [(p.request, p.table.row_sms[r], c) for (p, r), c in zip(picked[1:], counts[1:])]
     count = counts[0]
     runs: list[tuple[Profile, int, int, int | None]] = [(top.request.app.profile, top.request.scheduled, count, None)]
     runs += [(r.app.profile, r.scheduled, c, sms) for r, sms, c in rest]
@@ -483,7 +506,7 @@ def _top_row(
                 row = max(row, tab.first_row_within(top.request.scheduled, left - window, top.stretch))
             if row < full:
                 count = _window_count(top, row, window)
-                runs[0] = (top.request.app.profile, top.request.scheduled, count, tab.sms(row))
+                runs[0] = (top.request.app.profile, top.request.scheduled, count, tab.row_sms[row])
                 ends = price(runs, ready)
             break
     return row, count, [e - r for e, r in zip(ends, ready)]

@@ -188,7 +188,7 @@ class BlessPolicy(Policy):
         (an app added or removed, a quota changed): its deadline and queued work stay."""
         app = paced.request.app
         tab = self._pace_tables.get(id(app.profile), paced.table)
-        row = tab.row_of(paced.table.sms(paced.row)) if paced.row >= 0 else -1
+        row = tab.row_of(paced.table.row_sms[paced.row]) if paced.row >= 0 else -1
         stretch = self._stretch.get(app.index, 1.0)
         return PacedRequest(
             paced.request, paced.deadline, tab, app.quota * tab.sm_count, stretch, row, paced.busy_until, paced.windows
