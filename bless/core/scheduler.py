@@ -441,7 +441,7 @@ def _start_order(entries: list[RequestLaunch], lines: list[list[float]]) -> tupl
         base = line[e.start]
         starts += [t - base for t in line[e.start : e.start + e.count]]
         owners += [j] * e.count
-    return tuple(owners[i] for i in sorted(range(len(starts)), key=starts.__getitem__))
+    return operator.itemgetter(*sorted(range(len(starts)), key=starts.__getitem__))(owners)
 
 
 def _window_count(p: PacedRequest, row: int, window: float) -> int:
