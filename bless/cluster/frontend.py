@@ -703,7 +703,7 @@ class FrontendConfig:
     """Where and how the front end listens: the settings of ``bless serve`` that concern its
     ports and who may reach them, with the same names, defaults and checks (a wrong pair or an
     exposed host is a :class:`~bless.harness.config.ConfigError` naming the setting and the
-    flag), because :meth:`server_config` hands them to the same code (``security.py``)."""
+    flag), because :attr:`server` hands them to the same code (``security.py``)."""
 
     host: str = "127.0.0.1"
     grpc_port: int = 0
@@ -720,12 +720,12 @@ class FrontendConfig:
     insecure: bool = False
     """Allow a non-loopback host without TLS (a TLS proxy or a trusted network in front)."""
 
-    def __post_init__(self) -> None:
-        self.server_config()  # the checks, now: a bad setting is an error before any port is bound
+    server: ServerConfig = dataclasses.field(init=False, repr=False, compare=False)
+    """The same settings as ``bless serve``'s config (what the security helpers read), made
+    once: making it runs the checks, so a bad setting is an error before any port is bound."""
 
-    def server_config(self) -> ServerConfig:
-        """The same settings as ``bless serve``'s config (what the security helpers read)."""
-        return ServerConfig(
+    def __post_init__(self) -> None:
+        server = ServerConfig(
             host=self.host,
             grpc_port=self.grpc_port,
             http_port=self.http_port,
@@ -738,6 +738,7 @@ class FrontendConfig:
             max_message_bytes=MAX_MESSAGE_BYTES,
             **({"state_dir": self.state_dir} if self.state_dir is not None else {}),
         )
+        object.__setattr__(self, "server", server)
 
 
 READY_MAX_AGE = 1.0
@@ -771,7 +772,7 @@ class ClusterFrontend:
             return token, "the caller"
         cfg = self.config
         if cfg.admin_token_file is not None or cfg.state_dir is not None:
-            return resolve_admin_token(cfg.server_config())
+            return resolve_admin_token(cfg.server)
         return new_token(), "generated for this run (not written anywhere)"
 
     @property
@@ -801,7 +802,7 @@ class ClusterFrontend:
                     cfg.host,
                     cfg.http_port,
                     MAX_MESSAGE_BYTES,
-                    rest_tls(cfg.server_config()),
+                    rest_tls(cfg.server),
                 ).start()
                 self.http_port = self._rest.port
         except BaseException:
@@ -827,7 +828,7 @@ class ClusterFrontend:
         )
         self._health = await add_discovery(server, self._ready, (OIP_SERVICE, ADMIN_SERVICE))
         cfg = self.config
-        port = add_grpc_port(server, cfg.host, cfg.grpc_port, cfg.server_config())
+        port = add_grpc_port(server, cfg.host, cfg.grpc_port, cfg.server)
         await server.start()
         self._server = server
         return port
