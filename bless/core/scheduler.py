@@ -143,8 +143,8 @@ def build_squad(requests: list[Request], now: float, squad_size: int, pacing: bo
 # * a request that can wait waits, leaving the GPU to the earlier deadline:
 #   one request finishes early, the other still on time, and two identical
 #   closed loops drift apart instead of into lockstep;
-# * kernels stream: each request keeps about a window of kernels queued in its
-#   context and no barrier separates two launches.
+# * kernels stream: each request keeps 1.5 to 2.5 windows of kernels queued in
+#   its context, refilled together, and no barrier separates two launches.
 
 
 _TICK = 1e-7

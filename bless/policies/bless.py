@@ -39,12 +39,9 @@ from bless.hw.interference import InterferenceModel
 DECIDE_PER_KERNEL = {"paper": 1e-6, "none": 1e-6, "deadline": 3e-6}
 """Host time per scheduled kernel, per pacing rule: squad building and configuration
 search, 0.8-1.3 us with 2-8 active apps (``bless bench overhead``, first table); deadline
-pacing's whole step, 1.3 / 3.7 / 4.7 us with 2 / 4 / 8 apps (second table, in a replay; since
-it corrects its expectations with the windows' real ends it steps about twice as often, 7-20
-kernels a step, and prices its configuration with the kernel walk).  Deadline pacing is
-charged 3 us, what it cost before that correction (1.2-1.6 us) with margin; with 4 and 8 apps
-the charge is now an underestimate (the extra steps mostly launch nothing, and the 1.5 windows
-of kernels queued per request hide them from the GPU).  The paper's C++ runtime: 6.7 us."""
+pacing's whole step, 0.9-1.0 / 1.9-2.0 / 1.5-1.6 us with 2 / 4 / 8 apps (second table, in a
+replay: 23-32 kernels a step, its configuration priced with the kernel walk).  Deadline
+pacing is charged 3 us, above what it costs with margin.  The paper's C++ runtime: 6.7 us."""
 
 MEMORY_HEADROOM = 0.95
 """Share of device memory BLESS plans to use for apps and their contexts."""
