@@ -6,10 +6,12 @@ import pytest
 
 from bless.core.lifecycle import AppState, Request
 from bless.core.scheduler import PacedRequest, PaceTable, caution_after
+from bless.harness.bench import bench_policy_step
 from bless.harness.config import config_from_dict
 from bless.harness.run import run_config
 from bless.hw.gpus import get_gpu
 from bless.policies.bless import WINDOW, BlessPolicy, parse_pacing
+from bless.profiles.catalog import load_app
 from bless.profiles.synthetic import synthetic_profile
 
 
@@ -177,3 +179,13 @@ def test_pacing_corrects_its_expectations_with_what_the_device_did():
     second.end = 2.25
     paced.observe(2.3)  # done early: nothing in flight any more
     assert paced.busy_until == pytest.approx(2.25) and not paced.windows
+
+
+@pytest.mark.parametrize("n_apps", [4, 8])
+def test_pacing_batches_refills_instead_of_polling(n_apps):
+    """Closed loops keep pacing stepping for windows of kernels, not for each late window:
+    a window that runs late pushes its refill back microseconds at a time, and a policy that
+    woke for each would step for a few kernels (7-9 a step before refills were batched)."""
+    profiles = [load_app(name, "a100") for name in ("resnet50", "bert", "vgg11", "resnet101")]
+    run = bench_policy_step(profiles, n_apps, "deadline", duration=0.1, repeats=0)
+    assert run.kernels / run.steps >= 15, f"{run.steps} steps for {run.kernels} kernels"
