@@ -157,15 +157,17 @@ REFILL_SLACK = 0.25
 """A refill due within this share of a window is due now.  A window that runs late pushes
 its request's refill back by the lateness, as pacing sees it (:meth:`PacedRequest.observe`),
 often by a few microseconds at a time; waking for each would poll the device.  Our
-assumption: with 8 closed loops it halved the steps (1489 to 612) and moved the Fig. 13 and
-Fig. 14 pairs by no more than their seed noise."""
+assumption: with 8 closed loops it halved the steps (1489 to 612); on quick re-runs of the
+Fig. 13 exponential pairs and a Fig. 14 subset the means moved 23.81 -> 23.72 ms and the
+deviation 0.18 -> 0.13 ms."""
 TOP_UP = 1.0
 """A step that launches anything also gives its next window to every running request whose
 queue would run short within this many of its windows: batched into a step already paid
 for, rather than each in a step of its own.  A request then keeps between :data:`QUEUED`
 and ``QUEUED + TOP_UP`` windows queued.  Our assumption: with 8 closed loops it cut the
-steps from 612 to 456 (23 kernels a step, was 7), with Fig. 13 and Fig. 14 unchanged
-within seed noise (``experiments/README.md``)."""
+steps from 612 to 456 (23 kernels a step); the two together, re-run over every experiment,
+moved the Fig. 14 deviation 0.16 -> 0.14 ms and the Fig. 13 deterministic mean 20.6 -> 20.7
+ms (``experiments/README.md``, item 5)."""
 
 
 @dataclass(frozen=True)
@@ -441,6 +443,7 @@ def _start_order(entries: list[RequestLaunch], lines: list[list[float]]) -> tupl
         base = line[e.start]
         starts += [t - base for t in line[e.start : e.start + e.count]]
         owners += [j] * e.count
+    # Two launches or more are two kernels or more, so itemgetter gives a tuple.
     return operator.itemgetter(*sorted(range(len(starts)), key=starts.__getitem__))(owners)
 
 
