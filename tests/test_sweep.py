@@ -8,6 +8,7 @@ import yaml
 from bless.harness.config import ConfigError
 from bless.harness.sweep import (
     WALL_COLUMNS,
+    SweepResult,
     label,
     load_sweep,
     parse_sweep,
@@ -77,11 +78,17 @@ def test_rows_per_run_errors_and_determinism(tmp_path):
     assert len(rows) == len(sweep) == 6
     assert [r["policy"] for r in rows] == ["bless", "bless", "gslice", "gslice", "mig", "mig"]
     assert all("MigUnsupported" in r["error"] for r in rows if r["policy"] == "mig")
+    assert len(two.errors) == 2 and two.failures == []  # MIG's quotas it cannot host are a result
     assert all(float(r["mean_latency_ms"]) > 0 and r["app1.app"] == "bert" for r in rows if r["policy"] != "mig")
     strip = lambda rs: [{k: v for k, v in r.items() if k not in WALL_COLUMNS} for r in rs]
     assert strip(one.rows) == strip(two.rows)  # same results whatever the number of workers
     assert len(two.summary) == 3 and two.summary[0]["runs"] == 2  # seeds averaged
     assert (tmp_path / "two" / "apps.csv").exists() and (tmp_path / "two" / "summary.csv").exists()
+
+
+def test_a_run_that_fails_otherwise_is_a_failure():
+    rows = [{"run": 0, "error": "MigUnsupported: MIG cannot host 1g.5gb"}, {"run": 1, "error": "MissingDataError: x"}]
+    assert [r["run"] for r in SweepResult(rows, [], []).failures] == [1]
 
 
 def test_base_from_files_and_cli(tmp_path, capsys):

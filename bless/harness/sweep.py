@@ -43,6 +43,7 @@ import yaml
 
 from bless.documents import load_document
 from bless.harness.config import ConfigError
+from bless.policies.mig import MigUnsupported
 
 WALL_COLUMNS = ("wall_s", "kernels_per_wall_s")
 """Columns that measure the host, not the simulated GPU (they vary between machines)."""
@@ -87,6 +88,12 @@ class SweepResult:
     @property
     def errors(self) -> list[dict[str, Any]]:
         return [r for r in self.rows if r.get("error")]
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        """The errors that are failures: not a MIG run whose quotas MIG cannot host, which is
+        a result (that policy has no cell there), but anything else (a missing trace, say)."""
+        return [r for r in self.errors if not r["error"].startswith(f"{MigUnsupported.__name__}:")]
 
 
 # ------------------------------------------------------------------ parsing
