@@ -269,7 +269,7 @@ class Determiner:
             tab = AppTables(profile, self.gpu, self.mechanism)
             tab.base = self._dense.shape[0]
             self._tables[key] = tab
-            self._dense = np.concatenate((self._dense, tab.dense))
+            self._dense = np.asfortranarray(np.concatenate((self._dense, tab.dense)))
             self._most = np.concatenate((self._most, tab.most))
             self._dram = np.concatenate((self._dram, tab.dram))
         return tab
@@ -474,6 +474,7 @@ def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, ends):
             left += 1
     now = 0.0
     counter = 0
+    n = 0  # order[:n]: the requests with a kernel started, in start order
     while left > 0:
         # Kernels that may start now take the next places in the start order
         # (ties: the one its host issued first -- fewer squad kernels before it --,
@@ -488,16 +489,8 @@ def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, ends):
                 break
             seq[pick] = counter
             counter += 1
-        n = 0
-        for j in range(k):
-            if seq[j] >= 0:
-                # insertion by start order
-                i = n
-                while i > 0 and seq[order[i - 1]] > seq[j]:
-                    order[i] = order[i - 1]
-                    i -= 1
-                order[i] = j
-                n += 1
+            order[n] = pick
+            n += 1
         free = sms
         copies = 0
         demand = 0.0
@@ -563,6 +556,13 @@ def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, ends):
                     rdy[j] = now + gap  # into its unrestricted context
                 else:
                     rdy[j] = now
+        m = 0  # the ended leave the start order; the rest keep theirs
+        for i in range(n):
+            j = order[i]
+            if seq[j] >= 0:
+                order[m] = j
+                m += 1
+        n = m
     return now
 
 
