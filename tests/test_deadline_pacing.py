@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bless.core.lifecycle import AppState, Request
-from bless.core.scheduler import PacedRequest, PaceTable, caution_after
+from bless.core.scheduler import PacedRequest, PaceTable, build_deadline_squad, caution_after
 from bless.harness.bench import bench_policy_step
 from bless.harness.config import config_from_dict
 from bless.harness.run import run_config
@@ -179,6 +179,22 @@ def test_pacing_corrects_its_expectations_with_what_the_device_did():
     second.end = 2.25
     paced.observe(2.3)  # done early: nothing in flight any more
     assert paced.busy_until == pytest.approx(2.25) and not paced.windows
+
+
+def test_a_waiting_request_wakes_pacing_when_it_must_start():
+    """A request that can wait is looked at again when it no longer can (its deadline less
+    its remaining kernels at its quota and a window), not every window: waking every window
+    made a third of the steps with 4 closed loops launch nothing."""
+    gpu = get_gpu("a100")
+    table = PaceTable((54,), gpu.sm_count, np.cumsum(np.ones((2, 41)), axis=1) - 1.0)  # 40 kernels of 1 s
+    apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2)]
+    top = PacedRequest(Request(0, apps[0], 0.0), 170.0, table, 54.0, 1.0, busy_until=300.0)  # plenty queued
+    waiting = PacedRequest(Request(1, apps[1], 0.0), 200.0, table, 54.0, 1.0)
+    must_start = 200.0 - 40.0 - 1.0  # deadline - kernels at its quota - one window
+    assert build_deadline_squad([top, waiting], 0.0, 1.0).wake_at == pytest.approx(must_start)
+    assert build_deadline_squad([top, waiting], must_start - 0.01, 1.0).launches == ()
+    (launch,) = build_deadline_squad([top, waiting], must_start + 0.01, 1.0).launches
+    assert launch.request is waiting.request and launch.sm_limit == 54
 
 
 @pytest.mark.parametrize("n_apps", [4, 8])

@@ -269,6 +269,7 @@ class Determiner:
             tab = AppTables(profile, self.gpu, self.mechanism)
             tab.base = self._dense.shape[0]
             self._tables[key] = tab
+            # Column by column: the walk reads a run's consecutive kernels at one SM count.
             self._dense = np.asfortranarray(np.concatenate((self._dense, tab.dense)))
             self._most = np.concatenate((self._most, tab.most))
             self._dram = np.concatenate((self._dram, tab.dram))

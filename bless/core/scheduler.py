@@ -26,6 +26,7 @@ keys ``prefix[k + m] / c`` (``c = T[n%] * t_e / target``).  The squad ends at
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import operator
 from collections import deque
@@ -283,9 +284,14 @@ class PacedRequest:
         self.quota_row = self.table.first_row_at_least(self.quota_sms)
         self.rank = (self.deadline, self.request.arrival, self.request.rid)
 
+    def decided(self, now: float, row: int, duration: float) -> None:
+        """A window of its kernels, expected to take ``duration``, was decided in the context
+        of ``row``: it runs after those queued."""
+        self.busy_until = max(self.busy_until, now) + duration
+        self.row = row
+
     def launched(self, last: Launched) -> None:
-        """A window of its kernels was launched, ``last`` its last kernel's launch object,
-        expected to end at ``busy_until``."""
+        """The window decided last was launched, ``last`` its last kernel's launch object."""
         self.windows.append([last, self.busy_until])
 
     def observe(self, now: float) -> None:
@@ -364,7 +370,7 @@ def build_deadline_squad(
         while best < len(live) and not live[best].best_effort:
             best += 1
         live = live[late:best] + live[:late] + live[best:]
-    wake = now + window  # waiting requests are looked at again within a window
+    wake = math.inf
     # Who runs: the earliest deadline, and every request that cannot wait a window.
     top = live[0]
     urgent = []  # (request, row of its quota's context, time left to its deadline)
@@ -376,8 +382,12 @@ def build_deadline_squad(
         left = p.deadline - (busy if busy > now else now)
         q = p.quota_row
         line = tab.lines[q]
-        if (line[-1] - line[k]) * p.stretch + window <= left:
-            continue  # it can wait a window and still finish at its quota (the common case: inlined)
+        need = (line[-1] - line[k]) * p.stretch + window
+        if need <= left:
+            # It can wait a window and still finish at its quota; it no longer can from
+            # ``deadline - need`` on (no later than its queued kernels end, as ``left`` shows).
+            wake = min(wake, max(p.deadline - need, now + _TICK))
+            continue
         urgent.append((p, q, left))
         spare -= tab.row_sms[q]
     # Where: each its quota first (the quotas fit the GPU), then more for those
@@ -440,19 +450,18 @@ def _start_order(entries: list[RequestLaunch], lines: list[list[float]]) -> tupl
     starts: list[float] = []
     owners: list[int] = []
     for j, (e, line) in enumerate(zip(entries, lines)):
-        base = line[e.start]
-        starts += [t - base for t in line[e.start : e.start + e.count]]
+        starts += map(operator.sub, line[e.start : e.start + e.count], itertools.repeat(line[e.start], e.count))
         owners += [j] * e.count
     # Two launches or more are two kernels or more, so itemgetter gives a tuple.
     return operator.itemgetter(*sorted(range(len(starts)), key=starts.__getitem__))(owners)
 
 
 def _window_count(p: PacedRequest, row: int, window: float) -> int:
-    """How many of ``p``'s next kernels take ``window`` seconds in the context of ``row`` (at least one)."""
+    """How many of ``p``'s next kernels take ``window`` seconds in the context of ``row`` (at
+    least one, at most all it has left: it has some)."""
     k = p.request.scheduled
     line = p.table.lines[row]
-    end = bisect.bisect_left(line, line[k] + window)
-    return min(max(1, end - k), len(line) - 1 - k)
+    return bisect.bisect_left(line, line[k] + window, k + 1, p.table.n_kernels) - k
 
 
 def _top_row(
@@ -478,15 +487,16 @@ def _top_row(
     tab = top.table
     full = tab.full
     ready = [max(p.busy_until - now, 0.0) for p, _ in picked]
-    rest = [(p.request, p.table.row_sms[r], c) for (p, r), c in zip(picked[1:], counts[1:])]
     count = counts[0]
     runs: list[tuple[Profile, int, int, int | None]] = [(top.request.app.profile, top.request.scheduled, count, None)]
-    runs += [(r.app.profile, r.scheduled, c, sms) for r, sms, c in rest]
+    runs += [
+        (p.request.app.profile, p.request.scheduled, c, p.table.row_sms[r]) for (p, r), c in zip(picked[1:], counts[1:])
+    ]
     ends = price(runs, ready)
     k = top.request.scheduled
     top_end = ends[0] * tab.rest(full, k) / max(tab.work(full, k, count), 1e-12)
     row = full
-    for (p, _), (_, _, c), end in zip(picked[1:], rest, ends[1:]):
+    for (p, _), c, end in zip(picked[1:], counts[1:], ends[1:]):
         pt = p.table
         k = p.request.scheduled
         line = pt.lines[p.quota_row]
@@ -500,7 +510,7 @@ def _top_row(
             fast = pt.rest(pt.full, k) / rem
             finish = top_end + (rem - pace * top_end) * (fast + caution * (1.0 - fast))
         if now + finish + window > p.deadline:
-            row = max(0, tab.first_row_at_most(tab.sm_count - sum(sms for _, sms, _ in rest)))
+            row = max(0, tab.first_row_at_most(tab.sm_count - sum(p.table.row_sms[r] for p, r in picked[1:])))
             if now + pt.rest(pt.full, k) * p.stretch > p.deadline:
                 # It misses its deadline even alone on the GPU: the cap buys it throughput, not
                 # its deadline, so the top keeps what its own deadline needs (an overloaded

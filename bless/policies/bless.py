@@ -277,9 +277,7 @@ class BlessPolicy(Policy):
                 p.observe(now)
         launch = build_deadline_squad(state, now, self.window, self._determiner().run_ends, self._highest_caution)
         for e, row, d in zip(launch.launches, launch.rows, launch.durations):
-            paced = known[e.request.rid]
-            paced.busy_until = max(paced.busy_until, now) + d
-            paced.row = row
+            known[e.request.rid].decided(now, row, d)
         return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
 
     def _determiner(self) -> Determiner:
