@@ -510,7 +510,7 @@ def _top_row(
             fast = pt.rest(pt.full, k) / rem
             finish = top_end + (rem - pace * top_end) * (fast + caution * (1.0 - fast))
         if now + finish + window > p.deadline:
-            row = max(0, tab.first_row_at_most(tab.sm_count - sum(p.table.row_sms[r] for p, r in picked[1:])))
+            row = max(0, tab.first_row_at_most(tab.sm_count - sum(other.table.row_sms[r] for other, r in picked[1:])))
             if now + pt.rest(pt.full, k) * p.stretch > p.deadline:
                 # It misses its deadline even alone on the GPU: the cap buys it throughput, not
                 # its deadline, so the top keeps what its own deadline needs (an overloaded

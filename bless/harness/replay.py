@@ -61,9 +61,8 @@ class Replay:
         self.warmup = warmup
         self.progress = progress
         for app, load, rng in zip(apps, loads, load_rngs(seed, len(loads))):
-            load.bind(
-                float(app.profile.T[-1]), rng
-            )  # a float: np.float64 arithmetic would spread to every clock reading
+            # A float: a NumPy scalar would spread to every arrival and clock reading.
+            load.bind(float(app.profile.T[-1]), rng)
         self.executor = Executor(backend, policy, apps)
         self.executor.trace = trace
         self._arrivals: list[tuple[float, int, int]] = []
