@@ -202,6 +202,7 @@ class AppStats:
         self._success = Duration()
         self._fail = Duration()
         self._compute_input = Duration()
+        self._compute_infer = Duration()
         self._compute_output = Duration()
         self._last_inference_ms = 0
         self._clear_window()
@@ -277,6 +278,7 @@ class AppStats:
             self._overhead.observe(max(total - compute, 0.0))
             self._success.add(total)
             self._compute_input.add(decode)
+            self._compute_infer.add(compute)
             self._compute_output.add(encode)
             self._last_inference_ms = int(time.time() * 1e3)
 
@@ -316,14 +318,18 @@ class AppStats:
         )
 
     def cumulative(self) -> Cumulative:
-        """Triton's totals since registration; queueing and compute are the histograms' totals."""
+        """Triton's totals since registration; queueing is the histogram's total.  The three
+        compute figures count the answered requests, updated together: Triton's clients take
+        the difference of two readings and refuse compute counts that differ (perf_analyzer:
+        "Server side statistics compute counts must be the same"), which a request that ran
+        but was not yet answered between the two readings made them."""
         with self._lock:
             return Cumulative(
                 Duration(self._success.count, self._success.ns),
                 Duration(self._fail.count, self._fail.ns),
                 Duration.of(self._queue.read()),
                 Duration(self._compute_input.count, self._compute_input.ns),
-                Duration.of(self._compute.read()),
+                Duration(self._compute_infer.count, self._compute_infer.ns),
                 Duration(self._compute_output.count, self._compute_output.ns),
                 self._last_inference_ms,
             )
