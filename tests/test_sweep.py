@@ -105,3 +105,25 @@ def test_base_from_files_and_cli(tmp_path, capsys):
     assert "2 runs" in capsys.readouterr().out
     assert main(["sweep", str(tmp_path / "a.yaml"), "--jobs", "1", "--out", str(tmp_path / "out"), "--no-plot"]) == 0
     assert len((tmp_path / "out" / "runs.csv").read_text().splitlines()) == 3
+
+
+def test_cli_exits_nonzero_when_a_run_fails(tmp_path, monkeypatch, capsys):
+    """An operator's script (or CI) sees a sweep with a failed run as failed; the other runs'
+    results are still written."""
+    import bless.harness.run as run_module
+    from bless.cli import main
+
+    real = run_module.run_config
+
+    def failing_for_seed_1(cfg):
+        if cfg.seed == 1:
+            raise RuntimeError("the backend went away")  # an error injected into one run
+        return real(cfg)
+
+    monkeypatch.setattr(run_module, "run_config", failing_for_seed_1)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"base": {**BASE, "duration": 0.1}, "grid": {"seed": [0, 1]}}))
+    code = main(["sweep", str(tmp_path / "s.yaml"), "--jobs", "1", "--out", str(tmp_path / "out"), "--no-plot"])
+    assert code == 1
+    assert "1 of 2 runs failed" in capsys.readouterr().out
+    rows = list(csv.DictReader((tmp_path / "out" / "runs.csv").open()))
+    assert [bool(r["error"]) for r in rows] == [False, True] and "the backend went away" in rows[1]["error"]

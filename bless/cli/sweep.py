@@ -86,4 +86,10 @@ def run(args: argparse.Namespace) -> int:
     console.print(
         f"{len(result.rows)} runs in {result.wall_seconds:.1f} s; results: " + ", ".join(str(p) for p in result.paths)
     )
+    if result.failures:
+        # A MIG run whose quotas MIG cannot host is a result; any other error is not.
+        console.print(
+            f"[red]{len(result.failures)} of {len(result.rows)} runs failed[/]: their rows in runs.csv say why"
+        )
+        return 1
     return 0
