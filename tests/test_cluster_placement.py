@@ -162,3 +162,18 @@ def test_set_quota_is_checked_stored_and_kept_by_a_restart_and_a_failover(tmp_pa
     c.agent_down("gpu-0", "killed in a test")
     assert c.placements["r"]["gpu"] == "gpu-1" and c.placements["s"]["gpu"] == "gpu-1"
     assert two_agents["gpu-1"].specs()["r"]["quota"] == pytest.approx(0.5)
+
+
+def test_with_no_live_gpu_register_is_refused_and_quotas_keep_their_floor(tmp_path, two_agents):
+    """Every GPU down: a registration is refused with the reason (not an internal error), and
+    an app waiting for a GPU cannot be given a quota below what any GPU could host."""
+    c = Controller(tmp_path / "ctl", LocalAgents(two_agents))
+    c.register("r", "resnet50", "40%")
+    c.agent_down("gpu-0", "killed in a test")
+    c.agent_down("gpu-1", "killed in a test")
+    assert "r" in c.unplaced
+    with pytest.raises(FailedPrecondition, match="no live GPU to place app 'n'.*gpu-0, gpu-1"):
+        c.register("n", "resnet50", "30%")
+    with pytest.raises(InvalidArgument, match="below the GPU's smallest partition"):
+        c.set_quota("r", "0.1%")
+    assert c.set_quota("r", "20%")["spec"]["quota"] == pytest.approx(0.2)

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 from bless.cluster.placement import DEFAULT_LIMITS, POLICIES, PlacedApp, Placement, place
 from bless.colocation.kace import KaceModel
-from bless.hw.gpus import get_gpu
+from bless.hw.gpus import GPUS, get_gpu
 from bless.serving.server.admission import AdmissionLimits
 from bless.serving.server.errors import AlreadyExists, FailedPrecondition, NotFound, ServiceError, Unavailable
 from bless.serving.server.spec import AppSpec, load_profile_for, min_quota, parse_app_spec, quota_value
@@ -102,6 +102,15 @@ class LocalAgents:
 
     def call(self, gpu_id: str, method: str, *args: Any) -> Any:
         return getattr(self.agents[gpu_id], method)(*args)
+
+
+def _least_quota(gpus: Sequence[Any]) -> float:
+    """The smallest quota an app may hold here: the largest of the live GPUs' smallest partitions
+    (an app may move to any of them), or, with none live, of every GPU model's under either
+    mechanism (the app is placed when one comes back, whichever it is)."""
+    if gpus:
+        return max(min_quota(get_gpu(g.gpu), g.mechanism) for g in gpus)
+    return max(min_quota(gpu, mechanism) for gpu in GPUS.values() for mechanism in gpu.granularity)
 
 
 class Controller:
@@ -199,9 +208,12 @@ class Controller:
             if name in self.unplaced:
                 raise AlreadyExists(f"name: app {name!r} is waiting for a GPU (unplaced); unregister it first")
             gpus = self._snapshots()
-            models = {g.gpu for g in gpus} or {"a100"}
-            mechanism = gpus[0].mechanism if gpus else "mps"
-            least = max(min_quota(get_gpu(m), mechanism) for m in models)
+            if not gpus:
+                raise FailedPrecondition(
+                    f"no live GPU to place app {name!r} on (down: {', '.join(sorted(self.down)) or 'none'}); "
+                    "start an agent, or register again when one is back"
+                )
+            least = _least_quota(gpus)
             spec = parse_app_spec(
                 name,
                 profile,
@@ -215,7 +227,7 @@ class Controller:
             )
             if any(name in (a.name for a in g.apps) for g in gpus):
                 raise AlreadyExists(f"name: app {name!r} is already registered on a GPU; unregister it first")
-            profiles = {m: load_profile_for(spec, m) for m in models}
+            profiles = {m: load_profile_for(spec, m) for m in {g.gpu for g in gpus}}
             placement = self._place(spec, profiles, gpus, policy)
             if dry_run or placement.gpu_id is None:
                 if placement.gpu_id is None and not dry_run:
@@ -270,8 +282,10 @@ class Controller:
         with self.lock:
             waiting = self.unplaced.get(name)
             if waiting is not None:
-                least = max((min_quota(get_gpu(g.gpu), g.mechanism) for g in self._snapshots()), default=0.0)
-                waiting["spec"] = {**waiting["spec"], "quota": quota_value(quota, minimum=least)}
+                waiting["spec"] = {
+                    **waiting["spec"],
+                    "quota": quota_value(quota, minimum=_least_quota(self._snapshots())),
+                }
                 self._save()
                 return {"gpu": None, "spec": dict(waiting["spec"]), "unplaced": waiting["reason"]}
             entry = self.placements.get(name)
