@@ -30,7 +30,7 @@ import itertools
 import math
 import operator
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -137,6 +137,12 @@ def build_squad(requests: list[Request], now: float, squad_size: int, pacing: bo
 #   though never below its own deadline's need for a neighbour that misses its
 #   deadline even alone on the GPU (capping buys that one throughput, and its
 #   quota already guarantees it that);
+# * a top whose app has been finishing late (its caution) and needs more than
+#   its quota's SMs to meet its deadline (its neighbours' interference slows
+#   it) takes them from urgent neighbours whose apps have kept their deadlines,
+#   each down to a smaller context only where, slowed there until the top is
+#   done and on the whole GPU after, it still meets its own with a window to
+#   spare: quota for quota, interference makes both late where one can lend;
 # * a request already past its deadline comes after every request that can still
 #   meet its own (in deadline order among themselves): under overload EDF would
 #   otherwise put an overloaded app's late requests first for good and make its
@@ -343,15 +349,22 @@ together from now, run ``i`` free to start ``ready[i]`` from now (the determiner
 
 
 def build_deadline_squad(
-    requests: list[PacedRequest], now: float, window: float, price: Pricer | None = None, caution: float = 0.0
+    requests: list[PacedRequest],
+    now: float,
+    window: float,
+    price: Pricer | None = None,
+    caution: Mapping[int, float] | None = None,
 ) -> PacedLaunch:
     """The kernels to launch now under deadline pacing (see the section comment above).
 
     Kernels stream: a request that still has :data:`QUEUED` windows of kernels
     queued gets none now (a host that decides late does not starve the GPU), and
-    no barrier separates two launches.  ``caution`` (in [0, 1], see
-    :func:`caution_after`) is how little a restricted request may count on the
-    GPU freed when the top is done.  Each entry carries
+    no barrier separates two launches.  ``caution`` (per app index, in [0, 1],
+    see :func:`caution_after`; an app not in it has none): the highest is how
+    little a restricted request may count on the GPU freed when the top is done,
+    and a top whose app has some, that needs more than its quota's SMs to meet
+    its deadline, takes them from urgent neighbours whose apps have none where
+    they still meet theirs.  Each entry carries
     its context (``sm_limit``); restricted requests are launched first.  An
     entry covers about ``window`` seconds of the request's kernels.
     """
@@ -393,16 +406,34 @@ def build_deadline_squad(
     # Where: each its quota first (the quotas fit the GPU), then more for those
     # behind, earliest deadline first, from what the others' quotas leave.
     picked: list[tuple[PacedRequest, int]] = [(top, top.table.full)]
+    cautions = caution or {}
+    # A top that has been finishing late may take what its deadline needs beyond its quota from
+    # neighbours that have not, where they still meet theirs (found on first need: most steps lend nothing).
+    want: float | None = None if cautions.get(top.request.app.index) else 0.0
+    top_end = 0.0
     for p, q, left in urgent:
         tab = p.table
         sms = tab.row_sms
+        k = p.request.scheduled
         fits = spare + sms[q]  # its quota's SMs and what the others' leave
         row = tab.first_row_at_most(fits)
         if row < 0:
             continue  # no context fits what the others leave this window
-        row = tab.first_row_within(p.request.scheduled, left, p.stretch, q, row)  # the smallest that meets its deadline
+        row = tab.first_row_within(k, left, p.stretch, q, row)  # the smallest that meets its deadline
         if row <= p.row < tab.full and sms[p.row] <= fits:
             row = p.row  # its current context still serves: no switch
+        if row == q and want != 0.0 and not cautions.get(p.request.app.index):
+            if want is None:
+                want, top_end = _beyond_quota(top, now)
+            lend = tab.first_row_at_most(sms[q] - want)
+            if 0 <= lend < q:
+                # At ``lend`` until the top is done, then at full-GPU speed: still within its deadline?
+                slow = tab.rest(lend, k) * p.stretch
+                fast = tab.rest(tab.full, k) * p.stretch
+                if (slow if slow <= top_end else top_end + (1.0 - top_end / slow) * fast) + window <= left:
+                    want -= sms[q] - sms[lend]
+                    spare -= sms[q] - sms[lend]  # lent to the top, not to the others
+                    row = lend
         picked.append((p, row))
         spare -= sms[row] - sms[q]
     windows = [window * BEST_EFFORT_WINDOW if p.best_effort else window for p, _ in picked]
@@ -412,7 +443,7 @@ def build_deadline_squad(
     counts = [_window_count(p, row, w) for (p, row), w in zip(picked, windows)]
     priced = None
     if price is not None and len(picked) > 1:  # then none is best-effort: their windows are ``window``
-        row, counts[0], priced = _top_row(picked, counts, now, window, price, caution)
+        row, counts[0], priced = _top_row(picked, counts, now, window, price, max(cautions.values(), default=0.0))
         picked[0] = (top, row)
     # Restricted requests first: launched first, they find their SMs free.
     order = [i for i, (p, row) in enumerate(picked) if row < p.table.full]
@@ -440,6 +471,17 @@ def build_deadline_squad(
     if not entries:
         return PacedLaunch((), (), (), (), wake)
     return PacedLaunch(tuple(entries), _start_order(entries, lines), tuple(rows), tuple(durations), wake)
+
+
+def _beyond_quota(top: PacedRequest, now: float) -> tuple[float, float]:
+    """The SMs ``top`` needs beyond its quota to meet its deadline alone (0 if none, or if it
+    misses it even on the whole GPU: then nobody's SMs buy it its deadline), and how long its
+    remaining kernels take there (its interference stretch included)."""
+    tab = top.table
+    k = top.request.scheduled
+    row = tab.first_row_within(k, top.deadline - max(now, top.busy_until), top.stretch, top.quota_row)
+    want = tab.row_sms[row] - top.quota_sms if row < tab.full else 0.0
+    return want, tab.rest(row, k) * top.stretch
 
 
 def _start_order(entries: list[RequestLaunch], lines: list[list[float]]) -> tuple[int, ...]:

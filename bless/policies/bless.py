@@ -151,10 +151,9 @@ class BlessPolicy(Policy):
         self._iso_finish: dict[int, float] = {}
         """Per app index: when its latest request would finish in the ISO run."""
         self._caution: dict[int, float] = {}
-        """Per app index: its caution (:func:`bless.core.scheduler.caution_after`); the
-        projections use the highest, so one app falling behind makes every top yield to it."""
-        self._highest_caution = 0.0
-        """The highest of ``_caution``, kept as it changes (at completions, not at every step)."""
+        """Per app index: its caution (:func:`bless.core.scheduler.caution_after`).  The
+        projections use the highest, so one app falling behind makes every top yield to it; a
+        top whose app has been late may take SMs from neighbours whose apps have not."""
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
         # Contexts already created stay; the level cap only ever goes down so
@@ -177,7 +176,6 @@ class BlessPolicy(Policy):
         }
         self._stretch = neighbour_stretch(apps, gpu)
         self._caution = {a.index: self._caution[a.index] for a in apps if a.index in self._caution}
-        self._highest_caution = max(self._caution.values(), default=0.0)
         self._paced = {rid: self._rebased(p) for rid, p in self._paced.items()}
 
     def _rebased(self, paced: PacedRequest) -> PacedRequest:
@@ -246,7 +244,6 @@ class BlessPolicy(Policy):
             self._caution[i] = caution_after(
                 self._caution.get(i, 0.0), now - paced.deadline, app.target, self.caution_gain
             )
-            self._highest_caution = max(self._caution.values())
 
     def _pacing_state(self, request: Request) -> PacedRequest:
         """The request's deadline-pacing state, made the first time it is asked for.
@@ -275,7 +272,7 @@ class BlessPolicy(Policy):
         for p in state:
             if p.windows:
                 p.observe(now)
-        launch = build_deadline_squad(state, now, self.window, self._determiner().run_ends, self._highest_caution)
+        launch = build_deadline_squad(state, now, self.window, self._determiner().run_ends, self._caution)
         for e, row, d in zip(launch.launches, launch.rows, launch.durations):
             known[e.request.rid].decided(now, row, d)
         return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
