@@ -222,20 +222,6 @@ def test_a_late_top_takes_what_its_deadline_needs_from_a_neighbour_that_still_me
     assert squad({0: 0.5}, neighbour_deadline=50.5) == {0: None, 1: 54}  # one that would miss its own
 
 
-def test_urgent_requests_share_the_gpu_by_their_quotas_not_their_rounded_up_contexts():
-    """Quotas of 40 / 30 / 30 % fit the A100's 108 SMs; their contexts, rounded up to 6-SM
-    levels (48 / 36 / 36), do not.  Two urgent requests each get the largest context within
-    their quota (30 SMs), not the first its rounded-up 36 and the second what is left (24)."""
-    gpu = get_gpu("a100")
-    limits = tuple(6 * n for n in range(1, 18))
-    table = PaceTable(limits, gpu.sm_count, np.array([np.arange(41) * 108 / n for n in (*limits, 108)]))
-    apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.3) for i in range(3)]
-    top = PacedRequest(Request(0, apps[0], 0.0), 100.0, table, 0.4 * 108, 1.0)
-    urgent = [PacedRequest(Request(i, apps[i], 0.0), 120.0, table, 0.3 * 108, 1.0) for i in (1, 2)]  # 120 s at 36 SMs
-    launches = build_deadline_squad([top, *urgent], 0.0, 1.0).launches
-    assert {launch.request.rid: launch.sm_limit for launch in launches} == {0: None, 1: 30, 2: 30}
-
-
 def test_a_short_app_with_the_larger_quota_keeps_its_iso_latency_beside_a_long_one():
     """BERT at 11/18 beside VGG11 at 7/18 (Fig. 14's split): BERT's kernels run slower beside
     VGG11's than alone, so its quota's SMs are not enough; before a late top could take SMs

@@ -402,11 +402,9 @@ def build_deadline_squad(
             wake = min(wake, max(p.deadline - need, now + _TICK))
             continue
         urgent.append((p, q, left))
-        spare -= p.quota_sms
-    # Where: each its quota first (the quotas fit the GPU; their contexts, rounded up to a
-    # level, need not: each is held to its quota's SMs, so none is squeezed below its
-    # quota's level for an earlier one's rounding), then more for those behind, earliest
-    # deadline first, from what the others' quotas leave.
+        spare -= tab.row_sms[q]
+    # Where: each its quota first (the quotas fit the GPU), then more for those
+    # behind, earliest deadline first, from what the others' quotas leave.
     picked: list[tuple[PacedRequest, int]] = [(top, top.table.full)]
     cautions = caution or {}
     # A top that has been finishing late may take what its deadline needs beyond its quota from
@@ -417,7 +415,7 @@ def build_deadline_squad(
         tab = p.table
         sms = tab.row_sms
         k = p.request.scheduled
-        fits = spare + p.quota_sms  # its quota's SMs and what the others' leave
+        fits = spare + sms[q]  # its quota's SMs and what the others' leave
         row = tab.first_row_at_most(fits)
         if row < 0:
             continue  # no context fits what the others leave this window
@@ -437,7 +435,7 @@ def build_deadline_squad(
                     spare -= sms[q] - sms[lend]  # lent to the top, not to the others
                     row = lend
         picked.append((p, row))
-        spare -= sms[row] - p.quota_sms
+        spare -= sms[row] - sms[q]
     windows = [window * BEST_EFFORT_WINDOW if p.best_effort else window for p, _ in picked]
     refills = [p.busy_until - QUEUED * w for (p, _), w in zip(picked, windows)]  # when each runs short of kernels
     if min(refills) > now + max(_TICK, REFILL_SLACK * window):
