@@ -431,7 +431,7 @@ def build_deadline_squad(
                 slow = tab.rest(lend, k) * p.stretch
                 fast = tab.rest(tab.full, k) * p.stretch
                 if (slow if slow <= top_end else top_end + (1.0 - top_end / slow) * fast) + window <= left:
-                    want -= sms[q] - sms[lend]
+                    want = 0.0  # met: ``lend`` leaves the top at least what it wants
                     spare -= sms[q] - sms[lend]  # lent to the top, not to the others
                     row = lend
         picked.append((p, row))
