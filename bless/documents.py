@@ -10,11 +10,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import yaml
 
 T = TypeVar("T")
+
+
+def is_number(value: object) -> TypeGuard[float]:
+    """A plain number (an int or a float, not a bool): what a numeric field must be.  YAML and
+    JSON read ``true`` as a bool, which Python would otherwise take for 1."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def load_document(

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.backend.interface import BackendError
-from bless.documents import load_document
+from bless.documents import is_number, load_document
 from bless.profiles.format import Profile
 
 FORMAT = "bless-plan"
@@ -304,7 +304,7 @@ def _number(d: dict, key: str, where: str) -> float | None:
     v = d.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+    if not is_number(v) or v < 0:
         raise PlanError(f"{where}{key}: expected a number >= 0 or null, got {v!r}")
     return float(v)
 
@@ -362,7 +362,7 @@ def _arg(v: Any, where: str, buffer_ids: set[int]) -> Arg:
     if "scalar" in d:
         dtype = _choice(d, "dtype", where, SCALAR_DTYPES)
         s = d["scalar"]
-        if isinstance(s, bool) or not isinstance(s, (int, float)):
+        if not is_number(s):
             raise PlanError(f"{where}scalar: expected a number, got {s!r}")
         if dtype.startswith(("int", "uint")) and not isinstance(s, int):
             raise PlanError(f"{where}scalar: {dtype} needs an integer, got {s!r}")

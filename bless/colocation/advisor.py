@@ -26,6 +26,7 @@ import numpy as np
 
 from bless.colocation.kace import KaceModel, SoloRun, app_features
 from bless.colocation.kace_data import FeatureTable
+from bless.documents import is_number
 from bless.hw.gpus import get_gpu
 from bless.profiles.format import Profile
 
@@ -78,7 +79,7 @@ class ColocationGate:
                 raise ValueError(f"{where}.{extra[0]}: set {where}.kace_model to a `bless kace fit` model file first")
             return None
         threshold = settings.get("min_throughput_sum", 1.0)
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold > 0:
+        if not is_number(threshold) or not threshold > 0:
             raise ValueError(f"{where}.min_throughput_sum: expected a positive number, got {threshold!r}")
         action = settings.get("action", "warn")
         if action not in ACTIONS:

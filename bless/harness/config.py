@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.core.lifecycle import BEST_EFFORT, LATENCY_CRITICAL, PRIORITIES
-from bless.documents import load_document
+from bless.documents import is_number, load_document
 
 POLICY_SHORTHANDS = ("squad_size", "split_ratio", "determiner", "pacing")
 TOP_LEVEL = {
@@ -107,7 +107,7 @@ def parse_quota(value: Any, where: str) -> float:
 
 def parse_seconds(value: Any, where: str) -> float:
     """3, 3.5, "25ms", "250us", "2s" -> seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_number(value):
         return float(value)
     if isinstance(value, str):
         v = value.strip().lower()
@@ -140,7 +140,7 @@ def resolve_slo(spec: str | float | None, iso_latency: float, where: str) -> flo
 
 def _number(raw: dict, key: str, default: float, lo: float, hi: float = math.inf) -> float:
     v = raw.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+    if not is_number(v) or not lo <= v <= hi:
         raise ConfigError(f"{key}: expected a number in [{lo}, {hi}], got {v!r}")
     return float(v)
 

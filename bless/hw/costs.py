@@ -44,6 +44,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from bless.documents import is_number
+
 T = TypeVar("T")
 
 SECTIONS = ("host", "context_memory", "gslice", "tally", "interference")
@@ -193,7 +195,7 @@ def _entry(where: str, entry: Any) -> Sourced:
     if unknown:
         raise GpuDataError(f"{where}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(ENTRY_KEYS))}")
     value = entry.get("value")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value) or not math.isfinite(value):
         raise GpuDataError(f"{where}: value must be a finite number, got {value!r}; {fix}")
     given = [k for k in ("source", "assumption") if k in entry]
     if len(given) != 1:

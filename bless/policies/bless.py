@@ -16,7 +16,6 @@ Two pacing rules build the squads (``pacing``):
 from __future__ import annotations
 
 import math
-from typing import TypeGuard
 
 import numpy as np
 
@@ -33,6 +32,7 @@ from bless.core.scheduler import (
     build_squad,
     caution_after,
 )
+from bless.documents import is_number
 from bless.hw.gpus import N_LEVELS, GpuSpec
 from bless.hw.interference import InterferenceModel
 
@@ -85,16 +85,11 @@ def max_restricted_level(apps: list[AppState], gpu: GpuSpec, mechanism: str = "m
     return min(level, N_LEVELS - 1)
 
 
-def _is_number(value: object) -> TypeGuard[float]:
-    """A plain number (an int or a float, not a bool): what a numeric option must be."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def parse_split_ratio(value: float | str | None) -> float | None:
     """A split ratio in [0, 1], or ``"auto"``/None: the determiner picks one per squad."""
     if value is None or value == "auto":
         return None
-    if not _is_number(value) or not 0.0 <= value <= 1.0:
+    if not is_number(value) or not 0.0 <= value <= 1.0:
         raise ValueError(f"split_ratio must be a number in [0, 1] or 'auto', got {value!r}")
     return float(value)
 
@@ -123,7 +118,7 @@ class BlessPolicy(Policy):
         self.split_ratio = parse_split_ratio(split_ratio)
         self.determiner_mode = determiner
         self.pacing = parse_pacing(pacing)
-        if not _is_number(window) or not window > 0:
+        if not is_number(window) or not window > 0:
             raise ValueError(f"window must be a positive number of seconds, got {window!r}")
         self.window = window
         self.mechanism = mechanism
@@ -133,7 +128,7 @@ class BlessPolicy(Policy):
         self.decide_per_kernel = DECIDE_PER_KERNEL[self.pacing] if decide_per_kernel is None else decide_per_kernel
         self.ahead = ahead
         """Build and configure the next squad while the current one runs (hides the decision's host time)."""
-        if not _is_number(caution_gain) or not caution_gain >= 0:
+        if not is_number(caution_gain) or not caution_gain >= 0:
             raise ValueError(f"caution_gain must be a number >= 0 (0: no caution), got {caution_gain!r}")
         self.caution_gain = caution_gain
         """Deadline pacing's :data:`~bless.core.scheduler.CAUTION_GAIN` (0: the projection always

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from bless.documents import load_document
+from bless.documents import is_number, load_document
 from bless.hw.gpus import N_LEVELS, GpuSpec, get_gpu
 from bless.profiles import curves
 
@@ -292,7 +292,7 @@ def _float(d: dict, key: str, lo: float, hi: float, where: str = "", optional: b
     v = d.get(key)
     if v is None and optional:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or math.isnan(v):
+    if not is_number(v) or not (lo <= v <= hi) or math.isnan(v):
         raise ProfileError(f"{where}{key}: expected a number in [{lo}, {hi}], got {v!r}")
     return float(v)
 

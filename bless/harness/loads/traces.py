@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bless.documents import is_number
 from bless.harness.loads.kinds import Arrivals
 from bless.shared_data import shared_file
 
@@ -345,7 +346,7 @@ def trace_load(
     if rate is not None and load is not None:
         raise ValueError("trace: give rate (requests/s) or load (x 1/solo latency), not both")
     for name, v in (("rate", rate), ("load", load), ("speedup", speedup), ("duration", duration)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+        if v is not None and (not is_number(v) or not v > 0):
             raise ValueError(f"trace {name}: expected a positive number, got {v!r}")
     if speedup is not None and duration is not None:
         raise ValueError("trace: give speedup (trace seconds per run second) or duration (run seconds), not both")

@@ -41,6 +41,7 @@ from typing import Any
 
 from bless.colocation.advisor import SETTINGS as COLOCATION_SETTINGS
 from bless.colocation.advisor import ColocationGate
+from bless.documents import is_number
 from bless.harness.config import ConfigError, read_yaml
 from bless.hw.gpus import get_gpu
 from bless.policies.bless import PACING, WINDOW, parse_split_ratio
@@ -111,7 +112,7 @@ class ServerConfig:
             raise bad("mechanism", "mps or green", self.mechanism)
         if self.pacing not in PACING:
             raise bad("pacing", " or ".join(PACING), self.pacing)
-        if isinstance(self.window, bool) or not isinstance(self.window, (int, float)) or not self.window > 0:
+        if not is_number(self.window) or not self.window > 0:
             raise bad("window", "seconds > 0", self.window)
         if isinstance(self.squad_size, bool) or not isinstance(self.squad_size, int) or self.squad_size < 1:
             raise bad("squad_size", "an integer >= 1", self.squad_size)

@@ -38,6 +38,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from bless.documents import is_number
 from bless.serving.api import oip
 from bless.serving.server.errors import InvalidArgument
 from bless.serving.server.tensors import DATATYPES, MAX_DIMS, NUMPY_TYPES
@@ -67,13 +68,9 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 ELEMENT_CHECKS = {
     **dict.fromkeys(("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"), (_is_int, "integers")),
-    **dict.fromkeys(("FP16", "FP32", "FP64"), (_is_number, "numbers")),
+    **dict.fromkeys(("FP16", "FP32", "FP64"), (is_number, "numbers")),
     "BOOL": (lambda v: isinstance(v, bool), "true or false"),
     "BYTES": (lambda v: isinstance(v, str), "strings"),
 }
