@@ -1,17 +1,22 @@
-"""The cluster front end's routing against a stand-in agent (a plain gRPC server): no Ray."""
+"""The cluster front end against a stand-in agent (a plain gRPC server), no Ray: its routing, its
+configuration checks, and the wire reads it routes by."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import threading
 import time
 
 import grpc
 import pytest
 
-from bless.cluster.frontend import ClusterFrontend
+from bless.cluster.frontend import ClusterFrontend, FrontendConfig
+from bless.harness.config import ConfigError
 from bless.serving.api import oip
+from bless.serving.server.errors import StartupError
 from bless.serving.server.rpc import RETRY_PUSHBACK
+from bless.serving.server.wire import wire_string
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 
@@ -83,3 +88,21 @@ def test_every_request_in_flight_to_a_lost_agent_is_answered_unavailable_at_once
         code, seconds, trailing = answers[request_id]
         assert code == grpc.StatusCode.UNAVAILABLE, (request_id, code)
         assert seconds < 3.0 and RETRY_PUSHBACK in trailing
+
+
+def test_wire_string_reads_a_field_without_decoding_the_rest():
+    raw = oip.ModelInferRequest(model_name="m", id="x7", raw_input_contents=[b"\0" * 1000]).SerializeToString()
+    assert wire_string(raw, 1) == "m" and wire_string(raw, 3) == "x7" and wire_string(raw, 2) == ""
+
+
+def test_exposure_and_secret_files_are_checked_as_for_bless_serve(dying, tmp_path):
+    with pytest.raises(ConfigError, match="host: 0.0.0.0 is reachable from other machines.*--tls-cert"):
+        FrontendConfig(host="0.0.0.0")
+    FrontendConfig(host="0.0.0.0", insecure=True)  # behind a TLS proxy: allowed when asked for
+    with pytest.raises(ConfigError, match="tls_cert, tls_key: give both"):
+        FrontendConfig(tls_cert=tmp_path / "cert.pem")
+    loose = tmp_path / "token"
+    loose.write_text("a-token-others-can-read\n")
+    os.chmod(loose, 0o644)
+    with pytest.raises(StartupError, match="admin_token_file: .*chmod 600"):
+        ClusterFrontend(dying, FrontendConfig(admin_token_file=loose))
