@@ -344,6 +344,13 @@ def test_http_port_setting():
         config_from_dict({"http_port": "8000"})
 
 
+@pytest.mark.parametrize("field", ["shutdown_grace", "noise", "window"])
+def test_a_boolean_is_not_a_number_of_the_server_config(field):
+    """YAML reads ``true`` as a bool, which Python would take for 1: refused, naming the field."""
+    with pytest.raises(ConfigError, match=field):
+        config_from_dict({field: True})
+
+
 def test_a_taken_port_is_an_error_at_start_and_stop_closes_the_port(make_server):
     first = make_server(http_port=0)
     with pytest.raises(OSError, match="http_port: 0 picks a free one"):

@@ -163,6 +163,8 @@ def test_priority_is_validated_in_the_run_config_and_the_app_state():
 def test_tally_needs_a_positive_bound():
     with pytest.raises(ValueError, match="wait_bound must be a positive number"):
         TallyPolicy(wait_bound=0)
+    with pytest.raises(ValueError, match="wait_bound must be a positive number"):
+        TallyPolicy(wait_bound=True)  # YAML's true is not one second
 
 
 def test_tally_keeps_the_latency_critical_app_near_its_solo_latency():

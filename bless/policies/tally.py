@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from bless.backend.interface import KernelTransform
 from bless.core.lifecycle import AppState
 from bless.core.policy import Decision, Policy
+from bless.documents import is_number
 from bless.hw.costs import gpu_constants
 from bless.hw.gpus import GpuSpec
 from bless.policies.common import launch_queued
@@ -155,7 +156,7 @@ class TallyPolicy(Policy):
     name = "tally"
 
     def __init__(self, wait_bound: float | None = None) -> None:
-        if wait_bound is not None and not (isinstance(wait_bound, (int, float)) and wait_bound > 0):
+        if wait_bound is not None and not (is_number(wait_bound) and wait_bound > 0):
             raise ValueError(
                 f"wait_bound must be a positive number of seconds (default: the GPU's), got {wait_bound!r}"
             )

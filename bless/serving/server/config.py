@@ -122,12 +122,12 @@ class ServerConfig:
             raise bad("split_ratio", "a number in [0, 1] or 'auto'", self.split_ratio) from None
         if isinstance(self.max_queue, bool) or not isinstance(self.max_queue, int) or self.max_queue < 1:
             raise bad("max_queue", "an integer >= 1", self.max_queue)
-        if not isinstance(self.shutdown_grace, (int, float)) or self.shutdown_grace < 0:
+        if not is_number(self.shutdown_grace) or self.shutdown_grace < 0:
             raise bad("shutdown_grace", "seconds >= 0", self.shutdown_grace)
         m = self.max_message_bytes
         if isinstance(m, bool) or not isinstance(m, int) or not MIN_MESSAGE_BYTES <= m < 2**31:
             raise bad("max_message_bytes", f"bytes from {MIN_MESSAGE_BYTES} to 2**31 - 1 (gRPC's limit)", m)
-        if not isinstance(self.noise, (int, float)) or not 0 <= self.noise <= 1:
+        if not is_number(self.noise) or not 0 <= self.noise <= 1:
             raise bad("noise", "a number in [0, 1]", self.noise)
         if self.admin_token is not None and (not isinstance(self.admin_token, str) or len(self.admin_token) < 8):
             raise bad("admin_token", "a string of at least 8 characters (or null to generate one)", "<hidden>")
