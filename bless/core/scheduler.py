@@ -296,6 +296,13 @@ class PacedRequest:
         self.busy_until = max(self.busy_until, now) + duration
         self.row = row
 
+    def deadline_row(self, now: float, margin: float = 0.0, lowest: int = 0) -> int:
+        """The smallest context (row, from ``lowest``) in which its remaining kernels, started
+        when those queued end, meet its deadline with ``margin`` to spare (the unrestricted row
+        if none does)."""
+        left = self.deadline - max(now, self.busy_until) - margin
+        return self.table.first_row_within(self.request.scheduled, left, self.stretch, lowest)
+
     def launched(self, last: Launched) -> None:
         """The window decided last was launched, ``last`` its last kernel's launch object."""
         self.windows.append([last, self.busy_until])
@@ -479,7 +486,7 @@ def _beyond_quota(top: PacedRequest, now: float) -> tuple[float, float]:
     remaining kernels take there (its interference stretch included)."""
     tab = top.table
     k = top.request.scheduled
-    row = tab.first_row_within(k, top.deadline - max(now, top.busy_until), top.stretch, top.quota_row)
+    row = top.deadline_row(now, lowest=top.quota_row)
     want = tab.row_sms[row] - top.quota_sms if row < tab.full else 0.0
     return want, tab.rest(row, k) * top.stretch
 
@@ -557,8 +564,7 @@ def _top_row(
                 # It misses its deadline even alone on the GPU: the cap buys it throughput, not
                 # its deadline, so the top keeps what its own deadline needs (an overloaded
                 # neighbour does not push an on-time app past its quota's promise).
-                left = top.deadline - max(now, top.busy_until)
-                row = max(row, tab.first_row_within(top.request.scheduled, left - window, top.stretch))
+                row = max(row, top.deadline_row(now, margin=window))
             if row < full:
                 count = _window_count(top, row, window)
                 runs[0] = (top.request.app.profile, top.request.scheduled, count, tab.row_sms[row])
