@@ -541,36 +541,99 @@ def _top_row(
     runs += [
         (p.request.app.profile, p.request.scheduled, c, p.table.row_sms[r]) for (p, r), c in zip(picked[1:], counts[1:])
     ]
-    ends = price(runs, ready)
+    ends = None
+    behind = _surely_behind(picked, counts, ready, now, window, caution)
+    if behind is None:
+        ends = price(runs, ready)
+        k = top.request.scheduled
+        top_end = ends[0] * tab.rest(full, k) / max(tab.work(full, k, count), 1e-12)
+        for (p, _), c, end in zip(picked[1:], counts[1:], ends[1:]):
+            line = p.table.lines[p.quota_row]
+            k = p.request.scheduled
+            rem = line[-1] - line[k]
+            pace = (line[k + c] - line[k]) / max(end * p.stretch, 1e-12)
+            if now + _finish(rem, pace, top_end, _after_top(p, rem, caution)) + window > p.deadline:
+                behind = p
+                break
+        else:
+            return full, count, [e - r for e, r in zip(ends, ready)]
+    row = max(0, tab.first_row_at_most(tab.sm_count - sum(other.table.row_sms[r] for other, r in picked[1:])))
+    if _misses_alone(behind, now):
+        # It misses its deadline even alone on the GPU: the cap buys it throughput, not
+        # its deadline, so the top keeps what its own deadline needs (an overloaded
+        # neighbour does not push an on-time app past its quota's promise).
+        row = max(row, top.deadline_row(now, margin=window))
+    if row < full:
+        count = _window_count(top, row, window)
+        runs[0] = (top.request.app.profile, top.request.scheduled, count, tab.row_sms[row])
+        ends = price(runs, ready)
+    elif ends is None:
+        ends = price(runs, ready)
+    return row, count, [e - r for e, r in zip(ends, ready)]
+
+
+def _surely_behind(
+    picked: list[tuple[PacedRequest, int]], counts: list[int], ready: list[float], now: float, window: float, caution: float
+) -> PacedRequest | None:
+    """The neighbour that caps the top in :func:`_top_row` whatever the walk prices, if one
+    is sure to (None: the walk decides), found without the walk.
+
+    The walk never runs a window faster than alone on the whole GPU (the tables are
+    non-increasing in SMs, interference and waiting only slow it), and a projected finish
+    only grows with a window's duration; so a neighbour whose projection misses its
+    deadline even at that speed, by more than the walk's rounding, is sure to cap the
+    top.  It is the first to do so unless an earlier one fails in the walk; the cap is
+    the same either way when every neighbour up to it misses (or meets) its deadline
+    alone alike.  Most capped steps are known so, and skip pricing the top unrestricted
+    only to cap it."""
+    top = picked[0][0]
+    tab = top.table
     k = top.request.scheduled
-    top_end = ends[0] * tab.rest(full, k) / max(tab.work(full, k, count), 1e-12)
-    row = full
-    for (p, _), c, end in zip(picked[1:], counts[1:], ends[1:]):
+    work = tab.work(tab.full, k, counts[0])
+    top_end = (ready[0] + work) * tab.rest(tab.full, k) / max(work, 1e-12)
+    alone = None
+    for (p, _), c, wait in zip(picked[1:], counts[1:], ready[1:]):
+        misses = _misses_alone(p, now)
+        if alone is None:
+            alone = misses
+        elif misses != alone:
+            return None
         pt = p.table
         k = p.request.scheduled
         line = pt.lines[p.quota_row]
         rem = line[-1] - line[k]
-        pace = (line[k + c] - line[k]) / max(end * p.stretch, 1e-12)
-        # Done at its window's pace while the top runs, or the rest after it, between full-GPU
-        # speed and its quota's pace (``rem`` is in quota-pace seconds).
-        if pace * top_end >= rem:
-            finish = rem / pace
-        else:
-            fast = pt.rest(pt.full, k) / rem
-            finish = top_end + (rem - pace * top_end) * (fast + caution * (1.0 - fast))
-        if now + finish + window > p.deadline:
-            row = max(0, tab.first_row_at_most(tab.sm_count - sum(other.table.row_sms[r] for other, r in picked[1:])))
-            if now + pt.rest(pt.full, k) * p.stretch > p.deadline:
-                # It misses its deadline even alone on the GPU: the cap buys it throughput, not
-                # its deadline, so the top keeps what its own deadline needs (an overloaded
-                # neighbour does not push an on-time app past its quota's promise).
-                row = max(row, top.deadline_row(now, margin=window))
-            if row < full:
-                count = _window_count(top, row, window)
-                runs[0] = (top.request.app.profile, top.request.scheduled, count, tab.row_sms[row])
-                ends = price(runs, ready)
-            break
-    return row, count, [e - r for e, r in zip(ends, ready)]
+        pace = (line[k + c] - line[k]) / max((wait + pt.work(pt.full, k, c)) * p.stretch, 1e-12)
+        after = _after_top(p, rem, caution)
+        # The finish falls as the pace rises; it rises with the top's end while
+        # ``pace * after <= 1``, and is never below ``rem / pace`` (``top_end`` inf).
+        finish = _finish(rem, pace, top_end if pace * after <= 1.0 else math.inf, after)
+        if now + finish + window > p.deadline + _TICK:
+            return p
+    return None
+
+
+def _after_top(p: PacedRequest, rem: float, caution: float) -> float:
+    """Seconds ``p`` is projected to take, once the top is done, per quota-pace second
+    of its remaining ``rem``: between full-GPU speed (the top's app stays away) and its
+    quota's pace (it comes back first and takes the GPU again), by ``caution``."""
+    pt = p.table
+    fast = pt.rest(pt.full, p.request.scheduled) / rem
+    return fast + caution * (1.0 - fast)
+
+
+def _finish(rem: float, pace: float, top_end: float, after: float) -> float:
+    """When a restricted request with ``rem`` quota-pace seconds of kernels left is done:
+    at ``pace`` (quota-pace seconds per second) while the top runs, until ``top_end``, and
+    the rest ``after`` seconds per quota-pace second (:func:`_after_top`)."""
+    if pace * top_end >= rem:
+        return rem / pace
+    return top_end + (rem - pace * top_end) * after
+
+
+def _misses_alone(p: PacedRequest, now: float) -> bool:
+    """``p`` misses its deadline even alone on the whole GPU from now."""
+    pt = p.table
+    return now + pt.rest(pt.full, p.request.scheduled) * p.stretch > p.deadline
 
 
 CAUTION_GAIN = 1.0
