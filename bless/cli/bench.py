@@ -89,9 +89,17 @@ def run(args: argparse.Namespace) -> int:
             r = bench_policy_step(profiles, n, pacing, duration=args.replay)
             kernels_per_step = r.kernels / max(r.steps, 1)
             rows.append(
-                (n, pacing, r.steps, f"{kernels_per_step:.1f}", f"{r.us_per_step:.1f}", f"{r.us_per_kernel:.2f}")
+                (
+                    n,
+                    pacing,
+                    r.steps,
+                    f"{kernels_per_step:.1f}",
+                    f"{r.us_per_step:.1f}",
+                    f"{r.us_per_kernel:.2f}",
+                    f"{r.replay_us_per_kernel:.2f}",
+                )
             )
-    columns = ("apps", "pacing", "steps", "kernels/step", "us/step", "us/kernel")
+    columns = ("apps", "pacing", "steps", "kernels/step", "us/step", "us/kernel", "fastest replay us/kernel")
     console.print(
         _table(
             f"the whole policy step per scheduled kernel, in a {args.replay:g} s replay (load A; {names})",

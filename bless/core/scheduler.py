@@ -573,7 +573,12 @@ def _top_row(
 
 
 def _surely_behind(
-    picked: list[tuple[PacedRequest, int]], counts: list[int], ready: list[float], now: float, window: float, caution: float
+    picked: list[tuple[PacedRequest, int]],
+    counts: list[int],
+    ready: list[float],
+    now: float,
+    window: float,
+    caution: float,
 ) -> PacedRequest | None:
     """The neighbour that caps the top in :func:`_top_row` whatever the walk prices, if one
     is sure to (None: the walk decides), found without the walk.
