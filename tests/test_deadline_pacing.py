@@ -109,6 +109,9 @@ def test_pacing_names_and_errors():
     for bad in (-1.0, "1", True):
         with pytest.raises(ValueError, match="caution_gain must be a number >= 0"):
             BlessPolicy(caution_gain=bad)
+    for name in ("lend", "wake_when_due"):
+        with pytest.raises(ValueError, match=f"{name} must be true or false, got 'no'"):
+            BlessPolicy(**{name: "no"})
 
 
 def test_a_late_latency_critical_request_still_goes_before_best_effort_work():
@@ -195,6 +198,8 @@ def test_a_waiting_request_wakes_pacing_when_it_must_start():
     assert build_deadline_squad([top, waiting], must_start - 0.01, 1.0).launches == ()
     (launch,) = build_deadline_squad([top, waiting], must_start + 0.01, 1.0).launches
     assert launch.request is waiting.request and launch.sm_limit == 54
+    # The ablation (wake_when_due False) looks again every window.
+    assert build_deadline_squad([top, waiting], 0.0, 1.0, wake_when_due=False).wake_at == pytest.approx(1.0)
 
 
 def test_a_late_top_takes_what_its_deadline_needs_from_a_neighbour_that_still_meets_its_own():
@@ -206,13 +211,13 @@ def test_a_late_top_takes_what_its_deadline_needs_from_a_neighbour_that_still_me
     table = PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
     apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2)]
 
-    def squad(caution, neighbour_deadline=80.5):
+    def squad(caution, neighbour_deadline=80.5, lend=True):
         top = PacedRequest(
             Request(0, apps[0], 0.0), 16.0, table, 54.0, 1.0
         )  # 10 kernels left: 20 s at 54 SMs, 15 at 72
         top.request.scheduled = 30
         neighbour = PacedRequest(Request(1, apps[1], 0.0), neighbour_deadline, table, 54.0, 1.0)  # 80 s at 54 SMs
-        launches = build_deadline_squad([top, neighbour], 0.0, 1.0, caution=caution).launches
+        launches = build_deadline_squad([top, neighbour], 0.0, 1.0, caution=caution, lend=lend).launches
         return {launch.request.rid: launch.sm_limit for launch in launches}
 
     # 36 SMs until the top is done at 15 s (15 of its 120 s of work), then 35 s on the whole GPU: done at 50 s
@@ -220,6 +225,7 @@ def test_a_late_top_takes_what_its_deadline_needs_from_a_neighbour_that_still_me
     assert squad({}) == {0: None, 1: 54}  # a top that has kept its deadlines lends nothing
     assert squad({0: 0.5, 1: 0.5}) == {0: None, 1: 54}  # nor does a neighbour that has been late
     assert squad({0: 0.5}, neighbour_deadline=50.5) == {0: None, 1: 54}  # one that would miss its own
+    assert squad({0: 0.5}, lend=False) == {0: None, 1: 54}  # the ablation
 
 
 def test_a_short_app_with_the_larger_quota_keeps_its_iso_latency_beside_a_long_one():

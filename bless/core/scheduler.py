@@ -361,6 +361,8 @@ def build_deadline_squad(
     window: float,
     price: Pricer | None = None,
     caution: Mapping[int, float] | None = None,
+    lend: bool = True,
+    wake_when_due: bool = True,
 ) -> PacedLaunch:
     """The kernels to launch now under deadline pacing (see the section comment above).
 
@@ -390,7 +392,7 @@ def build_deadline_squad(
         while best < len(live) and not live[best].best_effort:
             best += 1
         live = live[late:best] + live[:late] + live[best:]
-    wake = math.inf
+    wake = math.inf if wake_when_due else now + window
     # Who runs: the earliest deadline, and every request that cannot wait a window.
     top = live[0]
     urgent = []  # (request, row of its quota's context, time left to its deadline)
@@ -406,7 +408,8 @@ def build_deadline_squad(
         if need <= left:
             # It can wait a window and still finish at its quota; it no longer can from
             # ``deadline - need`` on (no later than its queued kernels end, as ``left`` shows).
-            wake = min(wake, max(p.deadline - need, now + _TICK))
+            if wake_when_due:
+                wake = min(wake, max(p.deadline - need, now + _TICK))
             continue
         urgent.append((p, q, left))
         spare -= tab.row_sms[q]
@@ -416,7 +419,7 @@ def build_deadline_squad(
     cautions = caution or {}
     # A top that has been finishing late may take what its deadline needs beyond its quota from
     # neighbours that have not, where they still meet theirs (found on first need: most steps lend nothing).
-    want: float | None = None if cautions.get(top.request.app.index) else 0.0
+    want: float | None = None if lend and cautions.get(top.request.app.index) else 0.0
     top_end = 0.0
     for p, q, left in urgent:
         tab = p.table

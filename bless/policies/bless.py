@@ -112,6 +112,8 @@ class BlessPolicy(Policy):
         decide_per_kernel: float | None = None,
         ahead: bool = True,
         caution_gain: float = CAUTION_GAIN,
+        lend: bool = True,
+        wake_when_due: bool = True,
     ) -> None:
         if squad_size < 1:
             raise ValueError(f"squad_size must be >= 1, got {squad_size}")
@@ -134,6 +136,13 @@ class BlessPolicy(Policy):
         self.caution_gain = caution_gain
         """Deadline pacing's :data:`~bless.core.scheduler.CAUTION_GAIN` (0: the projection always
         counts on the GPU the top frees, the ablation)."""
+        for name, flag in (("lend", lend), ("wake_when_due", wake_when_due)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be true or false, got {flag!r}")
+        self.lend = lend
+        """A late top borrows SMs from urgent neighbours that keep their deadlines (False: the ablation)."""
+        self.wake_when_due = wake_when_due
+        """Pacing wakes when a waiting request must start (False: every window, the ablation)."""
         self._last_limit: dict[int, int | None] = {}
         """Per request id: SM limit of its latest launched kernel."""
         self.determiner: Determiner | None = None
@@ -269,7 +278,9 @@ class BlessPolicy(Policy):
         for p in state:
             if p.windows:
                 p.observe(now)
-        launch = build_deadline_squad(state, now, self.window, self._determiner().run_ends, self._caution)
+        launch = build_deadline_squad(
+            state, now, self.window, self._determiner().run_ends, self._caution, self.lend, self.wake_when_due
+        )
         for e, row, d in zip(launch.launches, launch.rows, launch.durations):
             known[e.request.rid].decided(now, row, d)
         return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
@@ -289,6 +300,8 @@ class BlessPolicy(Policy):
             "window": self.window,
             "ahead": self.ahead,
             "caution_gain": self.caution_gain,
+            "lend": self.lend,
+            "wake_when_due": self.wake_when_due,
         }
 
 
