@@ -180,6 +180,10 @@ def bench_policy_step(
         loads = [parse_load("A") for _ in apps]
         Replay(SimBackend(gpu.name), Timed(pacing=pacing), apps, loads, duration=duration, seed=0).run()
         if repeat:
+            if fastest and len(times) != len(fastest):
+                raise RuntimeError(
+                    f"the replay took {len(times)} steps, the one before {len(fastest)}: not deterministic"
+                )
             fastest = list(map(min, fastest, times)) if fastest else times[:]
             replay = min(replay, sum(times))
     steps = len(times)
