@@ -259,3 +259,38 @@ def test_pacing_batches_refills_instead_of_polling(n_apps):
     profiles = [load_app(name, "a100") for name in ("resnet50", "bert", "vgg11", "resnet101")]
     run = bench_policy_step(profiles, n_apps, "deadline", duration=0.1, repeats=0)
     assert run.kernels / run.steps >= 15, f"{run.steps} steps for {run.kernels} kernels"
+
+
+def test_the_top_is_priced_unrestricted_only_where_that_can_change_the_decision(monkeypatch):
+    """Pacing skips the walk that prices the top unrestricted when a neighbour is sure to
+    cap it (the walk never runs a window faster than alone on the whole GPU); every
+    request must then finish exactly as when that walk always runs."""
+    import bless.core.scheduler as scheduler
+
+    apps = [("resnet50", "10%"), ("vgg11", "20%"), ("bert", "30%"), ("resnet101", "40%")]
+    config = config_from_dict(
+        {
+            "gpu": "a100",
+            "duration": 0.4,
+            "warmup": 0.0,
+            "seed": 0,
+            "noise": 0.02,
+            "policy": "bless",
+            "apps": [{"app": a, "quota": q, "load": "A"} for a, q in apps],
+        }
+    )
+    sure = scheduler._surely_behind
+    skipped = []
+
+    def counted(*args):
+        behind = sure(*args)
+        skipped.append(behind is not None)
+        return behind
+
+    monkeypatch.setattr(scheduler, "_surely_behind", counted)
+    shortcut = run_config(config)
+    monkeypatch.setattr(scheduler, "_surely_behind", lambda *args: None)
+    walked = run_config(config)
+    assert sum(skipped) > 0.5 * len(skipped)  # most capped steps skip the walk here
+    for a, b in zip(shortcut.apps, walked.apps):
+        np.testing.assert_array_equal(a.latencies, b.latencies)
