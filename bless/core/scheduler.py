@@ -435,15 +435,15 @@ def build_deadline_squad(
         if row == q and want != 0.0 and not cautions.get(p.request.app.index):
             if want is None:
                 want, top_end = _beyond_quota(top, now)
-            lend = tab.first_row_at_most(sms[q] - want)
-            if 0 <= lend < q:
-                # At ``lend`` until the top is done, then at full-GPU speed: still within its deadline?
-                slow = tab.rest(lend, k) * p.stretch
+            smaller = tab.first_row_at_most(sms[q] - want)
+            if 0 <= smaller < q:
+                # At ``smaller`` until the top is done, then at full-GPU speed: still within its deadline?
+                slow = tab.rest(smaller, k) * p.stretch
                 fast = tab.rest(tab.full, k) * p.stretch
                 if (slow if slow <= top_end else top_end + (1.0 - top_end / slow) * fast) + window <= left:
-                    want = 0.0  # met: ``lend`` leaves the top at least what it wants
-                    spare -= sms[q] - sms[lend]  # lent to the top, not to the others
-                    row = lend
+                    want = 0.0  # met: ``smaller`` leaves the top at least what it wants
+                    spare -= sms[q] - sms[smaller]  # lent to the top, not to the others
+                    row = smaller
         picked.append((p, row))
         spare -= sms[row] - sms[q]
     windows = [window * BEST_EFFORT_WINDOW if p.best_effort else window for p, _ in picked]
