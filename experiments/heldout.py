@@ -7,7 +7,7 @@ heterogeneous pairs (uneven quotas, different models) under closed loops A/B/C, 
 deterministic and exponential think times, for BLESS and the baselines.  Reports each
 policy's mean latency and, per cell, the worst app's mean over its ISO target.
 
-    python experiments/heldout.py > experiments/results/heldout.md    # ~5 min on 2 cores
+    python experiments/heldout.py > experiments/results/heldout.md    # ~3 min on 2 cores
 
 Needs the shared measurements (``../shared/data/calibration`` or ``$BLESS_SHARED_DATA``).
 """
