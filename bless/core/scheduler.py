@@ -551,11 +551,8 @@ def _top_row(
         k = top.request.scheduled
         top_end = ends[0] * tab.rest(full, k) / max(tab.work(full, k, count), 1e-12)
         for (p, _), c, end in zip(picked[1:], counts[1:], ends[1:]):
-            line = p.table.lines[p.quota_row]
-            k = p.request.scheduled
-            rem = line[-1] - line[k]
-            pace = (line[k + c] - line[k]) / max(end * p.stretch, 1e-12)
-            if now + _finish(rem, pace, top_end, _after_top(p, rem, caution)) + window > p.deadline:
+            rem, pace, after = _projection(p, c, end, caution)
+            if now + _finish(rem, pace, top_end, after) + window > p.deadline:
                 behind = p
                 break
         else:
@@ -597,7 +594,7 @@ def _surely_behind(
     top = picked[0][0]
     tab = top.table
     k = top.request.scheduled
-    work = tab.work(tab.full, k, counts[0])
+    work = tab.work(tab.full, k, counts[0])  # the window alone on the whole GPU: the least the walk gives it
     top_end = (ready[0] + work) * tab.rest(tab.full, k) / max(work, 1e-12)
     alone = None
     for (p, _), c, wait in zip(picked[1:], counts[1:], ready[1:]):
@@ -607,11 +604,7 @@ def _surely_behind(
         elif misses != alone:
             return None
         pt = p.table
-        k = p.request.scheduled
-        line = pt.lines[p.quota_row]
-        rem = line[-1] - line[k]
-        pace = (line[k + c] - line[k]) / max((wait + pt.work(pt.full, k, c)) * p.stretch, 1e-12)
-        after = _after_top(p, rem, caution)
+        rem, pace, after = _projection(p, c, wait + pt.work(pt.full, p.request.scheduled, c), caution)
         # The finish falls as the pace rises; it rises with the top's end while
         # ``pace * after <= 1``, and is never below ``rem / pace`` (``top_end`` inf).
         finish = _finish(rem, pace, top_end if pace * after <= 1.0 else math.inf, after)
@@ -620,19 +613,24 @@ def _surely_behind(
     return None
 
 
-def _after_top(p: PacedRequest, rem: float, caution: float) -> float:
-    """Seconds ``p`` is projected to take, once the top is done, per quota-pace second
-    of its remaining ``rem``: between full-GPU speed (the top's app stays away) and its
-    quota's pace (it comes back first and takes the GPU again), by ``caution``."""
+def _projection(p: PacedRequest, count: int, end: float, caution: float) -> tuple[float, float, float]:
+    """What :func:`_finish` needs of a restricted request whose window of ``count`` kernels
+    ends at ``end``: its remaining kernels in quota-pace seconds, its pace while the top
+    runs (quota-pace seconds per second, its stretch included), and its pace after: between
+    full-GPU speed (the top's app stays away) and its quota's (it comes back first and takes
+    the GPU again), by ``caution``."""
     pt = p.table
-    fast = pt.rest(pt.full, p.request.scheduled) / rem
-    return fast + caution * (1.0 - fast)
+    k = p.request.scheduled
+    line = pt.lines[p.quota_row]
+    rem = line[-1] - line[k]
+    fast = pt.rest(pt.full, k) / rem
+    return rem, (line[k + count] - line[k]) / max(end * p.stretch, 1e-12), fast + caution * (1.0 - fast)
 
 
 def _finish(rem: float, pace: float, top_end: float, after: float) -> float:
     """When a restricted request with ``rem`` quota-pace seconds of kernels left is done:
     at ``pace`` (quota-pace seconds per second) while the top runs, until ``top_end``, and
-    the rest ``after`` seconds per quota-pace second (:func:`_after_top`)."""
+    the rest ``after`` seconds per quota-pace second (:func:`_projection`)."""
     if pace * top_end >= rem:
         return rem / pace
     return top_end + (rem - pace * top_end) * after
