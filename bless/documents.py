@@ -23,6 +23,11 @@ def is_number(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def is_integer(value: object) -> TypeGuard[int]:
+    """A plain integer (not a bool, which YAML's and JSON's ``true`` would pass for 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def load_document(
     path: str | Path,
     parse: Callable[[Any], T],

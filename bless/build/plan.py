@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.backend.interface import BackendError
-from bless.documents import is_number, load_document
+from bless.documents import is_integer, is_number, load_document
 from bless.profiles.format import Profile
 
 FORMAT = "bless-plan"
@@ -295,7 +295,7 @@ def _int(d: dict, key: str, where: str, minimum: int = 0, optional: bool = False
     v = d.get(key)
     if v is None and optional:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+    if not is_integer(v) or v < minimum:
         raise PlanError(f"{where}{key}: expected an integer >= {minimum}, got {v!r}")
     return v
 
@@ -318,11 +318,7 @@ def _choice(d: dict, key: str, where: str, choices: tuple[str, ...]) -> str:
 
 def _dims(d: dict, key: str, where: str) -> tuple[int, int, int]:
     v = d.get(key)
-    if (
-        not isinstance(v, list)
-        or len(v) != 3
-        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)
-    ):
+    if not isinstance(v, list) or len(v) != 3 or not all(is_integer(x) and x >= 1 for x in v):
         raise PlanError(f"{where}{key}: expected [x, y, z] of positive integers, got {v!r}")
     return (v[0], v[1], v[2])
 
@@ -341,7 +337,7 @@ def _buffer(v: Any, i: int) -> Buffer:
     where = f"buffers[{i}]."
     d = _obj(v, f"buffers[{i}]")
     shape = d.get("shape", [])
-    if not isinstance(shape, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape):
+    if not isinstance(shape, list) or not all(is_integer(x) and x >= 0 for x in shape):
         raise PlanError(f"{where}shape: expected a list of non-negative integers, got {shape!r}")
     return Buffer(
         id=_int(d, "id", where),

@@ -46,7 +46,7 @@ import numpy as np
 
 from bless.cluster.placement import POLICIES, GpuState, PlacedApp, place, with_app
 from bless.core.lifecycle import LATENCY_CRITICAL
-from bless.documents import load_document
+from bless.documents import is_integer, load_document
 from bless.harness.config import AppSpec, ConfigError, config_from_dict, parse_priority, parse_quota
 from bless.harness.results import AppResult, RunResult
 from bless.harness.run import run_config
@@ -102,7 +102,7 @@ def cluster_config_from_dict(raw: Any) -> ClusterConfig:
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown key; known keys: {', '.join(sorted(TOP_LEVEL))}")
     gpus = raw.get("gpus")
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+    if not is_integer(gpus) or gpus < 1:
         raise ConfigError(f"gpus: expected the number of GPUs (at least 1), got {gpus!r}")
     policy = raw.get("policy", "first-fit")
     if policy not in POLICIES:

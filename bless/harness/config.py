@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.core.lifecycle import BEST_EFFORT, LATENCY_CRITICAL, PRIORITIES
-from bless.documents import is_number, load_document
+from bless.documents import is_integer, is_number, load_document
 
 POLICY_SHORTHANDS = ("squad_size", "split_ratio", "determiner", "pacing")
 TOP_LEVEL = {
@@ -216,7 +216,7 @@ def config_from_dict(raw: Any) -> RunConfig:
     if warmup >= duration:
         raise ConfigError(f"warmup: must be shorter than duration ({duration} s), got {warmup}")
     seed = raw.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not is_integer(seed):
         raise ConfigError(f"seed: expected an integer, got {seed!r}")
     admission = raw.get("admission", {}) or {}
     if not isinstance(admission, dict):

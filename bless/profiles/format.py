@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from bless.documents import is_number, load_document
+from bless.documents import is_integer, is_number, load_document
 from bless.hw.gpus import N_LEVELS, GpuSpec, get_gpu
 from bless.profiles import curves
 
@@ -283,7 +283,7 @@ def _int(d: dict, key: str, minimum: int, where: str = "", optional: bool = Fals
     v = d.get(key)
     if v is None and optional:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+    if not is_integer(v) or v < minimum:
         raise ProfileError(f"{where}{key}: expected an integer >= {minimum}, got {v!r}")
     return v
 
@@ -301,11 +301,7 @@ def _dims(d: dict, key: str, where: str) -> tuple[int, int, int] | None:
     v = d.get(key)
     if v is None:
         return None
-    if (
-        not isinstance(v, list)
-        or len(v) != 3
-        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)
-    ):
+    if not isinstance(v, list) or len(v) != 3 or not all(is_integer(x) and x >= 1 for x in v):
         raise ProfileError(f"{where}{key}: expected [x, y, z] of positive integers or null, got {v!r}")
     return (v[0], v[1], v[2])
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from bless.colocation.advisor import SETTINGS as COLOCATION_SETTINGS
 from bless.colocation.advisor import ColocationGate
-from bless.documents import is_number
+from bless.documents import is_integer, is_number
 from bless.harness.config import ConfigError, read_yaml
 from bless.hw.gpus import get_gpu
 from bless.policies.bless import PACING, WINDOW, parse_split_ratio
@@ -100,7 +100,7 @@ class ServerConfig:
         for key in ("http_port", "grpc_port", "metrics_port"):
             v = getattr(self, key)
             lo = 0 if key == "grpc_port" else -1
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= 65535:
+            if not is_integer(v) or not lo <= v <= 65535:
                 raise bad(key, f"a port number (0: any free port{', -1: off' if lo < 0 else ''})", v)
         try:
             get_gpu(self.gpu)
@@ -114,18 +114,18 @@ class ServerConfig:
             raise bad("pacing", " or ".join(PACING), self.pacing)
         if not is_number(self.window) or not self.window > 0:
             raise bad("window", "seconds > 0", self.window)
-        if isinstance(self.squad_size, bool) or not isinstance(self.squad_size, int) or self.squad_size < 1:
+        if not is_integer(self.squad_size) or self.squad_size < 1:
             raise bad("squad_size", "an integer >= 1", self.squad_size)
         try:
             parse_split_ratio(self.split_ratio)
         except ValueError:
             raise bad("split_ratio", "a number in [0, 1] or 'auto'", self.split_ratio) from None
-        if isinstance(self.max_queue, bool) or not isinstance(self.max_queue, int) or self.max_queue < 1:
+        if not is_integer(self.max_queue) or self.max_queue < 1:
             raise bad("max_queue", "an integer >= 1", self.max_queue)
         if not is_number(self.shutdown_grace) or self.shutdown_grace < 0:
             raise bad("shutdown_grace", "seconds >= 0", self.shutdown_grace)
         m = self.max_message_bytes
-        if isinstance(m, bool) or not isinstance(m, int) or not MIN_MESSAGE_BYTES <= m < 2**31:
+        if not is_integer(m) or not MIN_MESSAGE_BYTES <= m < 2**31:
             raise bad("max_message_bytes", f"bytes from {MIN_MESSAGE_BYTES} to 2**31 - 1 (gRPC's limit)", m)
         if not is_number(self.noise) or not 0 <= self.noise <= 1:
             raise bad("noise", "a number in [0, 1]", self.noise)

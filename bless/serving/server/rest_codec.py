@@ -38,7 +38,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from bless.documents import is_number
+from bless.documents import is_integer, is_number
 from bless.serving.api import oip
 from bless.serving.server.errors import InvalidArgument
 from bless.serving.server.tensors import DATATYPES, MAX_DIMS, NUMPY_TYPES
@@ -64,12 +64,10 @@ def _json_type(value: Any) -> str:
     )
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 ELEMENT_CHECKS = {
-    **dict.fromkeys(("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"), (_is_int, "integers")),
+    **dict.fromkeys(
+        ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"), (is_integer, "integers")
+    ),
     **dict.fromkeys(("FP16", "FP32", "FP64"), (is_number, "numbers")),
     "BOOL": (lambda v: isinstance(v, bool), "true or false"),
     "BYTES": (lambda v: isinstance(v, str), "strings"),
@@ -114,9 +112,9 @@ def _parameters(raw: Any, where: str, consumed: tuple[str, ...], target: Any) ->
             mine[key] = value
         elif isinstance(value, bool):
             target[key].bool_param = value
-        elif _is_int(value) and INT64_RANGE[0] <= value < INT64_RANGE[1]:
+        elif is_integer(value) and INT64_RANGE[0] <= value < INT64_RANGE[1]:
             target[key].int64_param = value
-        elif _is_int(value) and 0 <= value < UINT64_END:
+        elif is_integer(value) and 0 <= value < UINT64_END:
             target[key].uint64_param = value
         elif isinstance(value, float):
             target[key].double_param = value
@@ -129,7 +127,7 @@ def _parameters(raw: Any, where: str, consumed: tuple[str, ...], target: Any) ->
 
 def _shape(raw: Any, where: str) -> list[int]:
     shape = _list(raw, where)
-    if not all(_is_int(d) and d >= 0 for d in shape):
+    if not all(is_integer(d) and d >= 0 for d in shape):
         raise InvalidArgument(f"{where}: expected a list of dimension sizes (integers >= 0), got {shape}")
     return shape
 
@@ -243,7 +241,7 @@ def infer_call(model: str, version: str, header: dict[str, Any], binary: bytes) 
             at = f"{where}.parameters.binary_data_size"
             if "data" in spec:
                 raise InvalidArgument(f"{at}: an input carries either JSON data or binary data, not both")
-            if not _is_int(size) or size < 0:
+            if not is_integer(size) or size < 0:
                 raise InvalidArgument(f"{at}: expected a byte count (integer >= 0), got {size!r}")
             if offset + size > len(binary):
                 raise InvalidArgument(
