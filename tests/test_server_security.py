@@ -184,7 +184,7 @@ def test_bless_serve_banner_names_the_token_file(tmp_path, profile_dir):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     env.pop("BLESS_ADMIN_TOKEN", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bless.cli", "serve", "--grpc-port", "0", "--metrics-port", "-1"]
+        [sys.executable, "-m", "bless.cli", "serve", "--grpc-port", "0", "--http-port", "0", "--metrics-port", "-1"]
         + ["--state-dir", str(tmp_path / "state"), "--admin-token-file", str(token_file)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -193,10 +193,34 @@ def test_bless_serve_banner_names_the_token_file(tmp_path, profile_dir):
     )
     try:
         banner = proc.stdout.readline()
+        proc.send_signal(signal.SIGTERM)  # at once: the main loop has just begun to wait
+        rc = proc.wait(timeout=20)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=20)
+        if proc.poll() is None:
+            proc.kill()  # a server that ignored SIGTERM must not keep its ports past the test
+            proc.wait()
     assert f"admin token from the file {token_file};" in banner and "no TLS" in banner
+    assert rc == 0, proc.stderr.read()
+
+
+def test_a_signal_stops_a_waiting_command_and_the_first_one_is_kept():
+    import os
+    import time
+
+    from bless.cli import StopSignals
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        stop = StopSignals()
+        assert not stop.wait(0.01) and stop.received is None
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        t0 = time.monotonic()
+        assert stop.wait(10) and stop.received == signal.SIGTERM
+        assert time.monotonic() - t0 < 1
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def test_port_in_use_is_one_line_naming_the_port_and_flag(tmp_path, capsys, profile_dir):

@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,6 +29,36 @@ log has no terminal to fit, so tables get room for every digit instead."""
 
 class UserError(Exception):
     """A mistake in what the user asked for; printed without a traceback."""
+
+
+class StopSignals:
+    """SIGTERM and SIGINT as a flag that a long-running command's main loop polls.
+
+    The handler only records the signal.  Python runs a handler in the main thread
+    between two bytecodes, possibly while that thread holds a lock, so a handler that
+    takes one can deadlock: ``Event.set`` takes its condition's lock, which the main
+    thread holds for a moment in every ``Event.wait`` on the same event (``bless serve``
+    once hung on SIGTERM so, and kept its ports)."""
+
+    POLL = 0.05
+    """Seconds between two looks at the flag while :meth:`wait` sleeps."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        """The signal that came first (None: none yet)."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._record)
+
+    def _record(self, signum: int, frame: object) -> None:
+        if self.received is None:
+            self.received = signum
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until a signal comes or ``timeout`` seconds pass; whether one came."""
+        end = time.monotonic() + timeout
+        while self.received is None and (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, self.POLL))
+        return self.received is not None
 
 
 def make_console(min_width: int = 0) -> Console:

@@ -6,11 +6,9 @@ import argparse
 import json
 import math
 import os
-import signal
-import threading
 from pathlib import Path
 
-from bless.cli import UserError, make_console
+from bless.cli import StopSignals, UserError, make_console
 from bless.cli.serve import add_exposure_arguments
 
 ADDRESS_FILE = "cluster.json"
@@ -164,11 +162,9 @@ def run_up(args: argparse.Namespace) -> int:
     if not local and front is None:
         return 0  # the actors are detached: they outlive this command
     # The local Ray cluster lives as long as this process: serve until `down` or a signal.
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = StopSignals()
     try:
-        while not stop.is_set():
+        while stop.received is None:
             if ra.wait_gone(timeout=0.5, period=0.25):
                 break
         else:

@@ -91,10 +91,8 @@ def _token_settings(args: argparse.Namespace) -> dict:
 def serve(args: argparse.Namespace) -> int:
     import dataclasses
     import logging
-    import signal
-    import threading
 
-    from bless.cli import UserError
+    from bless.cli import StopSignals, UserError
     from bless.serving.server.config import ServerConfig, load_server_config
     from bless.serving.server.errors import StartupError
     from bless.serving.server.server import BlessServer
@@ -122,9 +120,7 @@ def serve(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     cfg = dataclasses.replace(cfg, **_token_settings(args))
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = StopSignals()
     try:
         server = BlessServer(cfg).start()
     except StartupError as e:
