@@ -228,6 +228,58 @@ def test_a_late_top_takes_what_its_deadline_needs_from_a_neighbour_that_still_me
     assert squad({0: 0.5}, lend=False) == {0: None, 1: 54}  # the ablation
 
 
+def test_a_late_urgent_request_takes_what_its_deadline_needs_from_the_top_s_spare_quota():
+    """The reverse of lending: a sole urgent request whose app has been the latest, that
+    misses its deadline at its quota beside the top, takes SMs of the top's quota that the
+    top's own deadline does not need."""
+    gpu = get_gpu("a100")
+    per_kernel = [108 / n for n in (36, 54, 72, 108)]  # 40 kernels that scale linearly: 1 s each on 108 SMs
+    table = PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
+    apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2)]
+
+    def squad(caution, top_deadline=60.0, lend=True):
+        # The top: 10 kernels left, 10 s on the whole GPU, 30 s at 36 SMs.  The other: 80 s at
+        # its 54 SMs, slowed 1.2x by its neighbour's interference: 96 s there, 72 s at 72 SMs.
+        top = PacedRequest(Request(0, apps[0], 0.0), top_deadline, table, 54.0, 1.0)
+        top.request.scheduled = 30
+        urgent = PacedRequest(Request(1, apps[1], 0.0), 74.0, table, 54.0, 1.2)
+        launches = build_deadline_squad([top, urgent], 0.0, 1.0, caution=caution, lend=lend).launches
+        return {launch.request.rid: launch.sm_limit for launch in launches}
+
+    # At 54 SMs until the top is done (10 s), then at its quota's pace (caution 1): done at 82 s.
+    assert squad({1: 1.0}) == {0: None, 1: 72}  # the top's deadline needs 36 of its 54 SMs
+    assert squad({}) == {0: None, 1: 54}  # its app has kept its deadlines: its quota
+    assert squad({0: 1.0, 1: 0.9}) == {0: None, 1: 54}  # the top's app has been later
+    assert squad({1: 0.5}) == {0: None, 1: 54}  # projected on time: the top's GPU after it is done
+    assert squad({1: 1.0}, top_deadline=25.0) == {0: None, 1: 54}  # the top needs its whole quota
+    assert squad({1: 1.0}, lend=False) == {0: None, 1: 54}  # the ablation
+
+
+@pytest.mark.parametrize("neighbour", ["vgg11", "resnet50"])
+def test_an_app_slowed_by_a_dram_heavy_neighbour_keeps_its_iso_latency_at_an_even_split(neighbour):
+    """BERT at 9/18 beside VGG11 or ResNet50 (workload B): at its quota's SMs BERT runs slower
+    than alone, and the neighbour, the top for most of the time, ran far ahead of its own
+    deadline while BERT finished 4.7 % (VGG11) and 2.7 % (ResNet50) over ISO, before a late
+    urgent request could take what its deadline needs from the top's spare quota."""
+    r = run_config(
+        config_from_dict(
+            {
+                "gpu": "a100",
+                "duration": 2.0,
+                "warmup": 0.5,
+                "seed": 0,
+                "noise": 0.02,
+                "policy": "bless",
+                "apps": [
+                    {"app": neighbour, "quota": "9/18", "load": "B"},
+                    {"app": "bert", "quota": "9/18", "load": "B"},
+                ],
+            }
+        )
+    )
+    assert all(a.mean <= 1.01 * a.iso_latency for a in r.apps), [a.mean / a.iso_latency for a in r.apps]
+
+
 def test_a_short_app_with_the_larger_quota_keeps_its_iso_latency_beside_a_long_one():
     """BERT at 11/18 beside VGG11 at 7/18 (Fig. 14's split): BERT's kernels run slower beside
     VGG11's than alone, so its quota's SMs are not enough; before a late top could take SMs

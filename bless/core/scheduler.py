@@ -143,6 +143,11 @@ def build_squad(requests: list[Request], now: float, squad_size: int, pacing: bo
 #   each down to a smaller context only where, slowed there until the top is
 #   done and on the whole GPU after, it still meets its own with a window to
 #   spare: quota for quota, interference makes both late where one can lend;
+# * and the reverse: a sole urgent request whose app has been the latest, that
+#   misses its deadline at its quota beside the top (projected as above), takes
+#   what its deadline needs beyond its quota from the SMs of the top's quota
+#   that the top's own deadline does not need, and the top is capped for it
+#   (with several urgent requests this moved no mean and cost host time);
 # * a request already past its deadline comes after every request that can still
 #   meet its own (in deadline order among themselves): under overload EDF would
 #   otherwise put an overloaded app's late requests first for good and make its
@@ -373,7 +378,9 @@ def build_deadline_squad(
     little a restricted request may count on the GPU freed when the top is done,
     and a top whose app has some, that needs more than its quota's SMs to meet
     its deadline, takes them from urgent neighbours whose apps have none where
-    they still meet theirs.  Each entry carries
+    they still meet theirs; a sole urgent request whose app has the highest,
+    projected to miss its deadline at its quota, takes them from the top's
+    quota, less what the top's deadline needs (``lend``).  Each entry carries
     its context (``sm_limit``); restricted requests are launched first.  An
     entry covers about ``window`` seconds of the request's kernels.
     """
@@ -421,12 +428,30 @@ def build_deadline_squad(
     # neighbours that have not, where they still meet theirs (found on first need: most steps lend nothing).
     want: float | None = None if lend and cautions.get(top.request.app.index) else 0.0
     top_end = 0.0
+    # And the reverse: a sole urgent request whose app has been the latest may take what its
+    # deadline needs beyond its quota from the top's quota, less what the top's own deadline needs.
+    borrow = lend and len(urgent) == 1
+    taker = None  # the request that took SMs of the top's quota: the top is capped for it
     for p, q, left in urgent:
         tab = p.table
         sms = tab.row_sms
         k = p.request.scheduled
         fits = spare + sms[q]  # its quota's SMs and what the others' leave
         row = tab.first_row_at_most(fits)
+        if (
+            borrow
+            and row < tab.full
+            and (mine := cautions.get(p.request.app.index, 0.0))
+            and mine >= (highest := max(cautions.values()))
+            and _misses_beside(p, top, left, window, highest)
+            and tab.first_row_within(k, left, p.stretch, q) > row
+        ):
+            surplus = _surplus(top, now, window)
+            if surplus:
+                taker = p
+                spare += surplus
+                fits += surplus
+                row = tab.first_row_at_most(fits)
         if row < 0:
             continue  # no context fits what the others leave this window
         row = tab.first_row_within(k, left, p.stretch, q, row)  # the smallest that meets its deadline
@@ -453,7 +478,9 @@ def build_deadline_squad(
     counts = [_window_count(p, row, w) for (p, row), w in zip(picked, windows)]
     priced = None
     if price is not None and len(picked) > 1:  # then none is best-effort: their windows are ``window``
-        row, counts[0], priced = _top_row(picked, counts, now, window, price, max(cautions.values(), default=0.0))
+        row, counts[0], priced = _top_row(
+            picked, counts, now, window, price, max(cautions.values(), default=0.0), taker
+        )
         picked[0] = (top, row)
     # Restricted requests first: launched first, they find their SMs free.
     order = [i for i, (p, row) in enumerate(picked) if row < p.table.full]
@@ -494,6 +521,27 @@ def _beyond_quota(top: PacedRequest, now: float) -> tuple[float, float]:
     return want, tab.rest(row, k) * top.stretch
 
 
+def _misses_beside(p: PacedRequest, top: PacedRequest, left: float, window: float, caution: float) -> bool:
+    """``p``, at its quota beside the top until the top could be done (alone on the whole GPU)
+    and after that as ``caution`` projects (:func:`_projection`), misses its deadline, ``left``
+    seconds away, with a window to spare: it is sure to need more than its quota."""
+    tab = p.table
+    k = p.request.scheduled
+    rem = tab.rest(p.quota_row, k)
+    fast = tab.rest(tab.full, k) / rem
+    tt = top.table
+    top_end = tt.rest(tt.full, top.request.scheduled) * top.stretch
+    return _finish(rem, 1.0 / p.stretch, top_end, fast + caution * (1.0 - fast)) + window > left
+
+
+def _surplus(top: PacedRequest, now: float, window: float) -> float:
+    """The SMs of ``top``'s quota that its deadline does not need, with a window to spare (0
+    if it needs them all)."""
+    tab = top.table
+    row = top.deadline_row(now, margin=window)
+    return max(top.quota_sms - tab.row_sms[row], 0.0) if row < tab.full else 0.0
+
+
 def _start_order(entries: list[RequestLaunch], lines: list[list[float]]) -> tuple[int, ...]:
     """The launch of each kernel, kernels in the order they would start alone in their
     contexts from now (``lines[j]``: launch j's context row; ties: the earlier launch first)."""
@@ -517,7 +565,13 @@ def _window_count(p: PacedRequest, row: int, window: float) -> int:
 
 
 def _top_row(
-    picked: list[tuple[PacedRequest, int]], counts: list[int], now: float, window: float, price: Pricer, caution: float
+    picked: list[tuple[PacedRequest, int]],
+    counts: list[int],
+    now: float,
+    window: float,
+    price: Pricer,
+    caution: float,
+    behind: PacedRequest | None = None,
 ) -> tuple[int, int, list[float]]:
     """The top's context beside restricted requests, its window of kernels there, and how
     long each picked request's next window (``counts[i]`` kernels, the top's in its
@@ -528,7 +582,9 @@ def _top_row(
     it can, holding them in start order, so a capped neighbour gets what it
     leaves); otherwise it is capped at what their contexts leave, but for a
     request that misses its deadline even alone on the GPU never below what the
-    top's own deadline needs.  The next
+    top's own deadline needs.  ``behind``: a restricted request known to need the
+    top capped (it took SMs of the top's quota), so the top is not priced
+    unrestricted.  The next
     window is priced by the determiner's kernel walk; the rest is projected: a
     restricted request keeps its window's pace (slowed by its interference
     stretch) until the top, at its own window's pace, is done, then goes at a
@@ -545,7 +601,8 @@ def _top_row(
         (p.request.app.profile, p.request.scheduled, c, p.table.row_sms[r]) for (p, r), c in zip(picked[1:], counts[1:])
     ]
     ends = None
-    behind = _surely_behind(picked, counts, ready, now, window, caution)
+    if behind is None:
+        behind = _surely_behind(picked, counts, ready, now, window, caution)
     if behind is None:
         ends = price(runs, ready)
         k = top.request.scheduled

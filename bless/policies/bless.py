@@ -39,9 +39,9 @@ from bless.hw.interference import InterferenceModel
 DECIDE_PER_KERNEL = {"paper": 1e-6, "none": 1e-6, "deadline": 3e-6}
 """Host time per scheduled kernel, per pacing rule: squad building and configuration
 search, 0.8-1.3 us with 2-8 active apps (``bless bench overhead``, first table); deadline
-pacing's whole step, 0.62-0.64 / 1.25-1.27 / 1.23-1.27 us with 2 / 4 / 8 apps (second table, in
-a 1.5 s replay, each step's fastest of 5; the fastest whole replay 0.72-0.76 / 1.37-1.48 /
-1.33-1.38: 23-40 kernels a step, its configuration priced with the kernel walk).
+pacing's whole step, 0.67-0.72 / 1.26-1.29 / 1.24-1.30 us with 2 / 4 / 8 apps (second table, in
+a 1.5 s replay, each step's fastest of 5; the fastest whole replay 0.75-0.85 / 1.41-1.53 /
+1.33-1.51: 23-39 kernels a step, its configuration priced with the kernel walk).
 Deadline pacing is charged 3 us, above what it costs with margin.  The paper's C++
 runtime: 6.7 us."""
 
@@ -140,7 +140,9 @@ class BlessPolicy(Policy):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be true or false, got {flag!r}")
         self.lend = lend
-        """A late top borrows SMs from urgent neighbours that keep their deadlines (False: the ablation)."""
+        """SMs beyond a quota move to a late request from one with time to spare: a late top borrows
+        from urgent neighbours that keep their deadlines, a sole late urgent request from the top's
+        spare quota (False: the ablation)."""
         self.wake_when_due = wake_when_due
         """Pacing wakes when a waiting request must start (False: every window, the ablation)."""
         self._last_limit: dict[int, int | None] = {}
