@@ -205,18 +205,22 @@ def test_a_waiting_request_wakes_pacing_when_it_must_start():
 def test_a_late_top_takes_what_its_deadline_needs_from_a_neighbour_that_still_meets_its_own():
     """A top that has been finishing late (caution) and needs more than its quota to meet its
     deadline gets it from an urgent neighbour that has not, where the neighbour, slowed until the
-    top is done and then on the whole GPU, still meets its own deadline with a window to spare."""
+    top is done and then on the whole GPU, still meets its own deadline with a window to spare,
+    or from a neighbour whose app is over its share."""
     gpu = get_gpu("a100")
     per_kernel = [108 / n for n in (36, 54, 72, 108)]  # 40 kernels that scale linearly: 1 s each on 108 SMs
     table = PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
     apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2)]
 
-    def squad(caution, neighbour_deadline=80.5, lend=True):
+    def squad(caution, neighbour_deadline=80.5, lend=True, backlog=False):
         top = PacedRequest(
             Request(0, apps[0], 0.0), 16.0, table, 54.0, 1.0
         )  # 10 kernels left: 20 s at 54 SMs, 15 at 72
         top.request.scheduled = 30
         neighbour = PacedRequest(Request(1, apps[1], 0.0), neighbour_deadline, table, 54.0, 1.0)  # 80 s at 54 SMs
+        apps[1].queue.clear()
+        if backlog:
+            apps[1].submit(Request(2, apps[1], 0.0))  # a request waits behind the neighbour's
         launches = build_deadline_squad([top, neighbour], 0.0, 1.0, caution=caution, lend=lend).launches
         return {launch.request.rid: launch.sm_limit for launch in launches}
 
@@ -226,6 +230,10 @@ def test_a_late_top_takes_what_its_deadline_needs_from_a_neighbour_that_still_me
     assert squad({0: 0.5, 1: 0.5}) == {0: None, 1: 54}  # nor does a neighbour that has been late
     assert squad({0: 0.5}, neighbour_deadline=50.5) == {0: None, 1: 54}  # one that would miss its own
     assert squad({0: 0.5}, lend=False) == {0: None, 1: 54}  # the ablation
+    # An app over its share (requests queued behind this one) lends whatever its own deadline
+    # and caution: what its quota promises it is throughput.
+    assert squad({0: 0.5, 1: 0.5}, neighbour_deadline=50.5, backlog=True) == {0: None, 1: 36}
+    assert squad({0: 0.5, 1: 0.5}, neighbour_deadline=50.5, backlog=True, lend=False) == {0: None, 1: 54}
 
 
 def test_a_late_urgent_request_takes_what_its_deadline_needs_from_the_top_s_spare_quota():

@@ -142,6 +142,11 @@ class AppState:
         return self.priority == BEST_EFFORT
 
     @property
+    def backlogged(self) -> bool:
+        """Requests wait behind its active one: they arrived faster than it was served."""
+        return bool(self.queue)
+
+    @property
     def target(self) -> float:
         """The latency the scheduler paces this app against (SLO if set, else ISO)."""
         return self.slo if self.slo is not None else self.iso_latency

@@ -143,6 +143,9 @@ def build_squad(requests: list[Request], now: float, squad_size: int, pacing: bo
 #   each down to a smaller context only where, slowed there until the top is
 #   done and on the whole GPU after, it still meets its own with a window to
 #   spare: quota for quota, interference makes both late where one can lend;
+#   a neighbour whose app is over its share (requests queue behind it) lends
+#   whatever its deadline: what its quota promises it is throughput, and the
+#   top's app gives the GPU back when it is idle;
 # * and the reverse: a sole urgent request whose app has been the latest, that
 #   misses its deadline at its quota beside the top (projected as above), takes
 #   what its deadline needs beyond its quota from the SMs of the top's quota
@@ -378,7 +381,7 @@ def build_deadline_squad(
     little a restricted request may count on the GPU freed when the top is done,
     and a top whose app has some, that needs more than its quota's SMs to meet
     its deadline, takes them from urgent neighbours whose apps have none where
-    they still meet theirs; a sole urgent request whose app has the highest,
+    they still meet theirs (or whose apps are over their share); a sole urgent request whose app has the highest,
     projected to miss its deadline at its quota, takes them from the top's
     quota, less what the top's deadline needs (``lend``).  Each entry carries
     its context (``sm_limit``); restricted requests are launched first.  An
@@ -457,18 +460,15 @@ def build_deadline_squad(
         row = tab.first_row_within(k, left, p.stretch, q, row)  # the smallest that meets its deadline
         if row <= p.row < tab.full and sms[p.row] <= fits:
             row = p.row  # its current context still serves: no switch
-        if row == q and want != 0.0 and not cautions.get(p.request.app.index):
+        over = p.request.app.backlogged
+        if row == q and want != 0.0 and (over or not cautions.get(p.request.app.index)):
             if want is None:
                 want, top_end = _beyond_quota(top, now)
             smaller = tab.first_row_at_most(sms[q] - want)
-            if 0 <= smaller < q:
-                # At ``smaller`` until the top is done, then at full-GPU speed: still within its deadline?
-                slow = tab.rest(smaller, k) * p.stretch
-                fast = tab.rest(tab.full, k) * p.stretch
-                if (slow if slow <= top_end else top_end + (1.0 - top_end / slow) * fast) + window <= left:
-                    want = 0.0  # met: ``smaller`` leaves the top at least what it wants
-                    spare -= sms[q] - sms[smaller]  # lent to the top, not to the others
-                    row = smaller
+            if 0 <= smaller < q and (over or _meets_after_lending(p, smaller, top_end, left, window)):
+                want = 0.0  # met: ``smaller`` leaves the top at least what it wants
+                spare -= sms[q] - sms[smaller]  # lent to the top, not to the others
+                row = smaller
         picked.append((p, row))
         spare -= sms[row] - sms[q]
     windows = [window * BEST_EFFORT_WINDOW if p.best_effort else window for p, _ in picked]
@@ -519,6 +519,17 @@ def _beyond_quota(top: PacedRequest, now: float) -> tuple[float, float]:
     row = top.deadline_row(now, lowest=top.quota_row)
     want = tab.row_sms[row] - top.quota_sms if row < tab.full else 0.0
     return want, tab.rest(row, k) * top.stretch
+
+
+def _meets_after_lending(p: PacedRequest, smaller: int, top_end: float, left: float, window: float) -> bool:
+    """``p``, at the context of row ``smaller`` until the top is done (``top_end`` seconds from
+    now) and on the whole GPU after, still meets its deadline, ``left`` seconds away, with a
+    window to spare."""
+    tab = p.table
+    k = p.request.scheduled
+    slow = tab.rest(smaller, k) * p.stretch
+    fast = tab.rest(tab.full, k) * p.stretch
+    return (slow if slow <= top_end else top_end + (1.0 - top_end / slow) * fast) + window <= left
 
 
 def _misses_beside(p: PacedRequest, top: PacedRequest, left: float, window: float, caution: float) -> bool:

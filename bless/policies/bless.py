@@ -141,8 +141,8 @@ class BlessPolicy(Policy):
                 raise ValueError(f"{name} must be true or false, got {flag!r}")
         self.lend = lend
         """SMs beyond a quota move to a late request from one with time to spare: a late top borrows
-        from urgent neighbours that keep their deadlines, a sole late urgent request from the top's
-        spare quota (False: the ablation)."""
+        from urgent neighbours that keep their deadlines or whose apps are over their share, a sole
+        late urgent request from the top's spare quota (False: the ablation)."""
         self.wake_when_due = wake_when_due
         """Pacing wakes when a waiting request must start (False: every window, the ablation)."""
         self._last_limit: dict[int, int | None] = {}
