@@ -381,9 +381,10 @@ def build_deadline_squad(
     little a restricted request may count on the GPU freed when the top is done,
     and a top whose app has some, that needs more than its quota's SMs to meet
     its deadline, takes them from urgent neighbours whose apps have none where
-    they still meet theirs (or whose apps are over their share); a sole urgent request whose app has the highest,
-    projected to miss its deadline at its quota, takes them from the top's
-    quota, less what the top's deadline needs (``lend``).  Each entry carries
+    they still meet theirs (or whose apps are over their share); a sole urgent
+    request whose app has the highest, projected to miss its deadline at its
+    quota, takes them from the top's quota, less what the top's deadline needs
+    (``lend``).  Each entry carries
     its context (``sm_limit``); restricted requests are launched first.  An
     entry covers about ``window`` seconds of the request's kernels.
     """
@@ -460,8 +461,7 @@ def build_deadline_squad(
         row = tab.first_row_within(k, left, p.stretch, q, row)  # the smallest that meets its deadline
         if row <= p.row < tab.full and sms[p.row] <= fits:
             row = p.row  # its current context still serves: no switch
-        over = p.request.app.backlogged
-        if row == q and want != 0.0 and (over or not cautions.get(p.request.app.index)):
+        if row == q and want != 0.0 and ((over := p.request.app.backlogged) or not cautions.get(p.request.app.index)):
             if want is None:
                 want, top_end = _beyond_quota(top, now)
             smaller = tab.first_row_at_most(sms[q] - want)
@@ -536,13 +536,10 @@ def _misses_beside(p: PacedRequest, top: PacedRequest, left: float, window: floa
     """``p``, at its quota beside the top until the top could be done (alone on the whole GPU)
     and after that as ``caution`` projects (:func:`_projection`), misses its deadline, ``left``
     seconds away, with a window to spare: it is sure to need more than its quota."""
-    tab = p.table
-    k = p.request.scheduled
-    rem = tab.rest(p.quota_row, k)
-    fast = tab.rest(tab.full, k) / rem
+    rem, after = _rest_and_after(p, caution)
     tt = top.table
     top_end = tt.rest(tt.full, top.request.scheduled) * top.stretch
-    return _finish(rem, 1.0 / p.stretch, top_end, fast + caution * (1.0 - fast)) + window > left
+    return _finish(rem, 1.0 / p.stretch, top_end, after) + window > left
 
 
 def _surplus(top: PacedRequest, now: float, window: float) -> float:
@@ -687,12 +684,20 @@ def _projection(p: PacedRequest, count: int, end: float, caution: float) -> tupl
     runs (quota-pace seconds per second, its stretch included), and its pace after: between
     full-GPU speed (the top's app stays away) and its quota's (it comes back first and takes
     the GPU again), by ``caution``."""
-    pt = p.table
+    rem, after = _rest_and_after(p, caution)
+    line = p.table.lines[p.quota_row]
     k = p.request.scheduled
-    line = pt.lines[p.quota_row]
-    rem = line[-1] - line[k]
-    fast = pt.rest(pt.full, k) / rem
-    return rem, (line[k + count] - line[k]) / max(end * p.stretch, 1e-12), fast + caution * (1.0 - fast)
+    return rem, (line[k + count] - line[k]) / max(end * p.stretch, 1e-12), after
+
+
+def _rest_and_after(p: PacedRequest, caution: float) -> tuple[float, float]:
+    """A restricted request's remaining kernels in quota-pace seconds, and its pace once the
+    top is done (seconds per quota-pace second), as :func:`_projection` gives them."""
+    tab = p.table
+    k = p.request.scheduled
+    rem = tab.rest(p.quota_row, k)
+    fast = tab.rest(tab.full, k) / rem
+    return rem, fast + caution * (1.0 - fast)
 
 
 def _finish(rem: float, pace: float, top_end: float, after: float) -> float:
