@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 
 from bless.core.lifecycle import AppState, Request
+from bless.core.policy import Decision, RequestLaunch
 from bless.core.scheduler import PacedRequest, PaceTable, build_deadline_squad, caution_after
 from bless.harness.bench import bench_policy_step
 from bless.harness.config import config_from_dict
 from bless.harness.run import run_config
 from bless.hw.gpus import get_gpu
-from bless.policies.bless import WINDOW, BlessPolicy, parse_pacing
+from bless.policies.bless import DECISION_COST, WINDOW, BlessPolicy, parse_pacing
 from bless.profiles.catalog import load_app
 from bless.profiles.synthetic import synthetic_profile
 
@@ -112,6 +113,29 @@ def test_pacing_names_and_errors():
     for name in ("lend", "wake_when_due"):
         with pytest.raises(ValueError, match=f"{name} must be true or false, got 'no'"):
             BlessPolicy(**{name: "no"})
+    for name in ("decide_per_kernel", "decide_per_launch"):
+        with pytest.raises(ValueError, match=f"{name} must be a number of seconds >= 0, got -1"):
+            BlessPolicy(**{name: -1})
+
+
+def test_a_deadline_pacing_decision_costs_the_host_per_launch_not_per_kernel():
+    """A step's host time follows the requests it launches (``bless bench overhead``): a lone
+    request's first window of 40 kernels and a pair's windows of 1 and 2 kernels cost one and
+    two launches; the paper's squads stay charged per kernel."""
+    gpu = get_gpu("a100")
+    prof = synthetic_profile("cost", n_kernels=60, mean_us=25, seed=1)
+    apps = [AppState(i, f"a{i}", prof, 0.5) for i in range(2)]
+    reqs = [Request(i, a, 0.0) for i, a in enumerate(apps)]
+    policy = BlessPolicy()
+    policy.setup(apps, gpu)
+    lone = Decision((RequestLaunch(reqs[0], 0, 40),))
+    pair = Decision((RequestLaunch(reqs[0], 0, 1), RequestLaunch(reqs[1], 0, 2, 54)))
+    per_launch = DECISION_COST["deadline"].per_launch
+    assert policy.decision_cost(lone) == pytest.approx(per_launch)
+    assert policy.decision_cost(pair) == pytest.approx(2 * per_launch)
+    assert BlessPolicy(pacing="paper").decision_cost(lone) == pytest.approx(40 * DECISION_COST["paper"].per_kernel)
+    free = BlessPolicy(decide_per_launch=0.0)
+    assert free.decision_cost(pair) == 0.0 and free.describe()["decide_per_launch"] == 0.0
 
 
 def test_a_late_latency_critical_request_still_goes_before_best_effort_work():

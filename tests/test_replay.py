@@ -12,7 +12,7 @@ from bless.harness.config import config_from_dict
 from bless.harness.loads import ClosedLoop, Poisson, parse_load
 from bless.harness.replay import Replay
 from bless.harness.run import run_config
-from bless.policies.bless import DECIDE_PER_KERNEL, BlessPolicy
+from bless.policies.bless import DECISION_COST, BlessPolicy
 from bless.policies.unbound import UnboundPolicy
 from bless.profiles.synthetic import synthetic_profile
 
@@ -60,8 +60,7 @@ def test_lone_request_streams_unrestricted_at_its_full_gpu_time():
     policy = BlessPolicy()
     backend, result = run(policy, [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
     assert all(launch.stream.context.sm_limit is None for _, _, launch in backend.log)
-    first_window = np.searchsorted(np.cumsum(prof.t[-1]), policy.window) + 1
-    host = first_window * policy.decide_per_kernel + backend.host.launch
+    host = DECISION_COST["deadline"].per_launch + backend.host.launch  # one launch decided, then one kernel launched
     assert result.apps[0].mean == pytest.approx(prof.T[-1] + host, rel=0.005)
     assert result.apps[0].mean < result.apps[0].iso_latency
 
@@ -74,10 +73,10 @@ def test_lone_request_runs_unrestricted_on_the_whole_gpu():
     # first launch, and the first squad's scheduling decision; every later squad is decided
     # while the one before it runs.
     squads = -(-prof.n_kernels // 50)
-    host = squads * (backend.host.sync + backend.host.launch) + 50 * DECIDE_PER_KERNEL["paper"]
+    host = squads * (backend.host.sync + backend.host.launch) + 50 * DECISION_COST["paper"].per_kernel
     assert result.apps[0].mean == pytest.approx(prof.T[-1] + host, rel=0.02)
     _, serial = run(BlessPolicy(pacing="paper", ahead=False), [prof], [ClosedLoop(1.0)], quotas=[0.3], duration=0.1)
-    hidden = (prof.n_kernels - 50) * DECIDE_PER_KERNEL["paper"]
+    hidden = (prof.n_kernels - 50) * DECISION_COST["paper"].per_kernel
     assert serial.apps[0].mean - result.apps[0].mean == pytest.approx(hidden, rel=1e-6)
 
 

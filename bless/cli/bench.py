@@ -97,9 +97,21 @@ def run(args: argparse.Namespace) -> int:
                     f"{r.us_per_step:.1f}",
                     f"{r.us_per_kernel:.2f}",
                     f"{r.replay_us_per_kernel:.2f}",
+                    f"{r.launches / max(r.steps, 1):.2f}",
+                    f"{r.launch_p90_us:.1f}",
                 )
             )
-    columns = ("apps", "pacing", "steps", "kernels/step", "us/step", "us/kernel", "fastest replay us/kernel")
+    columns = (
+        "apps",
+        "pacing",
+        "steps",
+        "kernels/step",
+        "us/step",
+        "us/kernel",
+        "fastest replay us/kernel",
+        "launches/step",
+        "us/launch p90",
+    )
     console.print(
         _table(
             f"the whole policy step per scheduled kernel, in a {args.replay:g} s replay (load A; {names})",

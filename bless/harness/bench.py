@@ -126,6 +126,13 @@ class StepBench:
     """The policy step's CPU time over the replay: each step's fastest over the repeats, summed."""
     replay_seconds: float
     """The same, but the fastest whole replay's (what a quiet machine gives without luck per step)."""
+    launches: int = 0
+    """Request launches (one request's window of kernels in one context) the steps decided."""
+    launch_p90: float = math.nan
+    """Seconds: the 90th percentile, over the steps that launch, of a step's fastest time per
+    request it launches.  A step's cost follows the requests it looks at and launches, not its
+    kernels, so this is what the virtual clock charges per launch
+    (:data:`bless.policies.bless.DECISION_COST`)."""
 
     @property
     def us_per_kernel(self) -> float:
@@ -138,6 +145,10 @@ class StepBench:
     @property
     def replay_us_per_kernel(self) -> float:
         return self.replay_seconds / max(self.kernels, 1) * 1e6
+
+    @property
+    def launch_p90_us(self) -> float:
+        return self.launch_p90 * 1e6
 
 
 def bench_policy_step(
@@ -158,6 +169,7 @@ def bench_policy_step(
 
     gpu = get_gpu(profiles[0].gpu)
     times: list[float] = []
+    launches: list[int] = []
     kernels = [0]
 
     class Timed(BlessPolicy):
@@ -165,6 +177,7 @@ def bench_policy_step(
             t0 = time.thread_time()  # CPU time: what the step costs the host, not what others took meanwhile
             decision = super().step(now, apps)
             times.append(time.thread_time() - t0)
+            launches.append(len(decision.launches) if decision is not None else 0)
             kernels[0] += sum(p.count for p in decision.launches) if decision is not None else 0
             return decision
 
@@ -175,6 +188,7 @@ def bench_policy_step(
     replay = math.inf
     for repeat in range(1 + repeats):  # the first replay compiles the estimators; then the fastest of the rest
         times.clear()
+        launches.clear()
         kernels[0] = 0
         apps = [AppState(i, f"app{i}", profiles[i % len(profiles)], 1.0 / n_apps) for i in range(n_apps)]
         loads = [parse_load("A") for _ in apps]
@@ -188,5 +202,15 @@ def bench_policy_step(
             replay = min(replay, sum(times))
     steps = len(times)
     if not fastest:  # nothing timed but the compiling replay: its steps and kernels only
-        return StepBench(n_apps, pacing, steps, kernels[0], math.inf, math.inf)
-    return StepBench(n_apps, pacing, steps, kernels[0], sum(fastest) - clock * steps, replay - clock * steps)
+        return StepBench(n_apps, pacing, steps, kernels[0], math.inf, math.inf, sum(launches))
+    per_launch = [(t - clock) / n for t, n in zip(fastest, launches) if n]
+    return StepBench(
+        n_apps,
+        pacing,
+        steps,
+        kernels[0],
+        sum(fastest) - clock * steps,
+        replay - clock * steps,
+        sum(launches),
+        float(np.percentile(per_launch, 90)) if per_launch else math.nan,
+    )

@@ -16,6 +16,7 @@ Two pacing rules build the squads (``pacing``):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,14 +37,33 @@ from bless.documents import is_number
 from bless.hw.gpus import N_LEVELS, GpuSpec
 from bless.hw.interference import InterferenceModel
 
-DECIDE_PER_KERNEL = {"paper": 1e-6, "none": 1e-6, "deadline": 3e-6}
-"""Host time per scheduled kernel, per pacing rule: squad building and configuration
-search, 0.8-1.3 us with 2-8 active apps (``bless bench overhead``, first table); deadline
-pacing's whole step, 0.67-0.72 / 1.26-1.29 / 1.24-1.30 us with 2 / 4 / 8 apps (second table, in
-a 1.5 s replay, each step's fastest of 5; the fastest whole replay 0.75-0.85 / 1.41-1.53 /
-1.33-1.51: 23-39 kernels a step, its configuration priced with the kernel walk).
-Deadline pacing is charged 3 us, above what it costs with margin.  The paper's C++
-runtime: 6.7 us."""
+@dataclass(frozen=True)
+class DecisionCost:
+    """Host seconds a policy step costs, charged on the virtual clock before its launches."""
+
+    per_launch: float
+    """Per request launched (one request's window of kernels in one context)."""
+    per_kernel: float
+    """Per kernel scheduled."""
+
+    def of(self, launches: int, kernels: int) -> float:
+        return self.per_launch * launches + self.per_kernel * kernels
+
+
+DECISION_COST = {
+    "deadline": DecisionCost(per_launch=35e-6, per_kernel=0.0),
+    "paper": DecisionCost(per_launch=0.0, per_kernel=1e-6),
+    "none": DecisionCost(per_launch=0.0, per_kernel=1e-6),
+}
+"""The decision's host time per pacing rule (``bless bench overhead``).  Deadline pacing's
+step costs what the requests it looks at and launches cost, not its kernels: it takes each
+request's next window whole, and its walk prices the same windows whatever their length
+(7-60 us a step for 23-39 kernels; 9 us for a lone request's 26 kernels, where a charge per
+kernel of the step's mean cost, 0.7-1.3 us, would have been 77 us).  So it is charged per
+launch: 35 us, above the 90th percentile of a step's time per launch in every replay
+measured with 2, 4 and 8 apps (23-34 us, 2026-11-25).  The paper's squads are searched kernel
+by kernel: 0.72-1.07 us per kernel with 2-8 active apps, charged 1 us.  The paper's C++
+runtime: 6.7 us per kernel."""
 
 MEMORY_HEADROOM = 0.95
 """Share of device memory BLESS plans to use for apps and their contexts."""
@@ -110,6 +130,7 @@ class BlessPolicy(Policy):
         mechanism: str = "mps",
         switch_cost: float | None = None,
         decide_per_kernel: float | None = None,
+        decide_per_launch: float | None = None,
         ahead: bool = True,
         caution_gain: float = CAUTION_GAIN,
         lend: bool = True,
@@ -128,7 +149,15 @@ class BlessPolicy(Policy):
         self.switch_cost = switch_cost
         """Context-switch idle time the determiner weighs against a split's gain; None until
         :meth:`setup` takes the GPU's ``HostCosts.context_switch`` (what the simulator charges)."""
-        self.decide_per_kernel = DECIDE_PER_KERNEL[self.pacing] if decide_per_kernel is None else decide_per_kernel
+        cost = DECISION_COST[self.pacing]
+        for name, value in (("decide_per_kernel", decide_per_kernel), ("decide_per_launch", decide_per_launch)):
+            if value is not None and (not is_number(value) or not value >= 0):
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+        self.decision = DecisionCost(
+            cost.per_launch if decide_per_launch is None else float(decide_per_launch),
+            cost.per_kernel if decide_per_kernel is None else float(decide_per_kernel),
+        )
+        """Host time a decision costs (:data:`DECISION_COST`; the two arguments override it)."""
         self.ahead = ahead
         """Build and configure the next squad while the current one runs (hides the decision's host time)."""
         if not is_number(caution_gain) or not caution_gain >= 0:
@@ -240,8 +269,9 @@ class BlessPolicy(Policy):
                 paced[r.rid].launched(r.last_launch)
 
     def decision_cost(self, decision: Decision) -> float:
-        """Squad building and configuration search, per scheduled kernel."""
-        return self.decide_per_kernel * sum(p.count for p in decision.launches)
+        """Pacing or squad building and configuration search (:data:`DECISION_COST`)."""
+        launches = decision.launches
+        return self.decision.of(len(launches), sum(p.count for p in launches))
 
     def on_complete(self, request, now: float) -> None:
         self._last_limit.pop(request.rid, None)
@@ -304,6 +334,8 @@ class BlessPolicy(Policy):
             "caution_gain": self.caution_gain,
             "lend": self.lend,
             "wake_when_due": self.wake_when_due,
+            "decide_per_launch": self.decision.per_launch,
+            "decide_per_kernel": self.decision.per_kernel,
         }
 
 
