@@ -37,6 +37,7 @@ from bless.documents import is_number
 from bless.hw.gpus import N_LEVELS, GpuSpec
 from bless.hw.interference import InterferenceModel
 
+
 @dataclass(frozen=True)
 class DecisionCost:
     """Host seconds a policy step costs, charged on the virtual clock before its launches."""
