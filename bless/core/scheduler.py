@@ -137,15 +137,16 @@ def build_squad(requests: list[Request], now: float, squad_size: int, pacing: bo
 #   though never below its own deadline's need for a neighbour that misses its
 #   deadline even alone on the GPU (capping buys that one throughput, and its
 #   quota already guarantees it that);
-# * a top whose app has been finishing late (its caution) and needs more than
-#   its quota's SMs to meet its deadline (its neighbours' interference slows
-#   it) takes them from urgent neighbours whose apps have kept their deadlines,
-#   each down to a smaller context only where, slowed there until the top is
-#   done and on the whole GPU after, it still meets its own with a window to
-#   spare: quota for quota, interference makes both late where one can lend;
-#   a neighbour whose app is over its share (requests queue behind it) lends
-#   whatever its deadline: what its quota promises it is throughput, and the
-#   top's app gives the GPU back when it is idle;
+# * a top that needs more than its quota's SMs to meet its deadline with a
+#   window to spare (its neighbours' interference slows it) takes them from
+#   urgent neighbours whose apps are over their share (requests queue behind
+#   them), whatever their deadlines: what their quotas promise them is
+#   throughput, and the top's app gives the GPU back when it is idle; and, if
+#   its app has been finishing late (its caution), from urgent neighbours whose
+#   apps have kept their deadlines, each down to a smaller context only where,
+#   slowed there until the top is done and on the whole GPU after, it still
+#   meets its own with a window to spare: quota for quota, interference makes
+#   both late where one can lend;
 # * and the reverse: a sole urgent request whose app has been the latest, that
 #   misses its deadline at its quota beside the top (projected as above), takes
 #   what its deadline needs beyond its quota from the SMs of the top's quota
@@ -155,6 +156,12 @@ def build_squad(requests: list[Request], now: float, squad_size: int, pacing: bo
 #   meet its own (in deadline order among themselves): under overload EDF would
 #   otherwise put an overloaded app's late requests first for good and make its
 #   neighbours late too (the domino effect); it still runs at its quota beside them;
+# * and a request whose app is over its share (requests queued behind it) comes
+#   after both: what its quota promises it is throughput, which its deadlines (its
+#   ISO queue's) keep by making it urgent at its quota's pace, while a neighbour
+#   within its share keeps the top whether the overloaded app happens to be on time
+#   or behind (it was one or the other as host costs moved by microseconds, and
+#   the neighbour's latency with it, 0.95 or 1.02x ISO);
 # * a request that can wait waits, leaving the GPU to the earlier deadline:
 #   one request finishes early, the other still on time, and two identical
 #   closed loops drift apart instead of into lockstep;
@@ -357,6 +364,18 @@ class PacedLaunch:
 
 
 _rank = operator.attrgetter("rank")
+_first = operator.itemgetter(0)
+
+
+def _standing(p: PacedRequest, now: float) -> int:
+    """Where ``p`` stands in the order of service, before its deadline rank: 0 on time, 1
+    past its deadline, 2 its app over its share (requests queued behind it), 3 best-effort."""
+    if p.best_effort:
+        return 3
+    if p.request.app.backlogged:
+        return 2
+    return 1 if p.deadline < now else 0
+
 
 Pricer = Callable[[list[tuple[Profile, int, int, "int | None"]], list[float]], list[float]]
 """``price(runs, ready)``: when each run ``(profile, start, count, sm_limit)`` ends if all run
@@ -378,15 +397,16 @@ def build_deadline_squad(
     queued gets none now (a host that decides late does not starve the GPU), and
     no barrier separates two launches.  ``caution`` (per app index, in [0, 1],
     see :func:`caution_after`; an app not in it has none): the highest is how
-    little a restricted request may count on the GPU freed when the top is done,
-    and a top whose app has some, that needs more than its quota's SMs to meet
-    its deadline, takes them from urgent neighbours whose apps have none where
-    they still meet theirs (or whose apps are over their share); a sole urgent
-    request whose app has the highest, projected to miss its deadline at its
-    quota, takes them from the top's quota, less what the top's deadline needs
-    (``lend``).  Each entry carries
-    its context (``sm_limit``); restricted requests are launched first.  An
-    entry covers about ``window`` seconds of the request's kernels.
+    little a restricted request may count on the GPU freed when the top is done.
+    A top that needs more than its quota's SMs to meet its deadline takes them
+    from urgent neighbours whose apps are over their share and, if its app has
+    some caution, from those whose apps have none where they still meet theirs;
+    a sole urgent request whose app has the highest, projected to miss its
+    deadline at its quota, takes them from the top's quota, less what the top's
+    deadline needs (``lend``).  Requests of apps over their share come after
+    those of apps within theirs.  Each entry carries its context (``sm_limit``);
+    restricted requests are launched first.  An entry covers about ``window``
+    seconds of the request's kernels.
     """
     if window <= 0:
         raise ValueError(f"window must be > 0 seconds, got {window}")
@@ -394,15 +414,9 @@ def build_deadline_squad(
     live.sort(key=_rank)
     if not live:
         return PacedLaunch((), (), (), (), math.inf)
-    if live[0].deadline < now:  # past their deadlines (a prefix): behind those that can still meet theirs
-        late = 1
-        while late < len(live) and live[late].deadline < now:
-            late += 1
-        # ... but ahead of best-effort requests (no deadline, a suffix), which take what is left.
-        best = late
-        while best < len(live) and not live[best].best_effort:
-            best += 1
-        live = live[late:best] + live[:late] + live[best:]
+    classes = [_standing(p, now) for p in live]
+    if any(classes):  # a stable sort: deadline order within each standing
+        live = [p for _, p in sorted(zip(classes, live), key=_first)]
     wake = math.inf if wake_when_due else now + window
     # Who runs: the earliest deadline, and every request that cannot wait a window.
     top = live[0]
@@ -428,9 +442,12 @@ def build_deadline_squad(
     # behind, earliest deadline first, from what the others' quotas leave.
     picked: list[tuple[PacedRequest, int]] = [(top, top.table.full)]
     cautions = caution or {}
-    # A top that has been finishing late may take what its deadline needs beyond its quota from
-    # neighbours that have not, where they still meet theirs (found on first need: most steps lend nothing).
-    want: float | None = None if lend and cautions.get(top.request.app.index) else 0.0
+    # The top may take what its deadline needs beyond its quota (with a window to spare) from
+    # neighbours whose apps are over their share, and, if its app has been finishing late, from
+    # neighbours whose apps have not, where they still meet theirs (found on first need: most
+    # steps lend nothing).
+    top_late = bool(cautions.get(top.request.app.index))
+    want: float | None = None if lend else 0.0
     top_end = 0.0
     # And the reverse: a sole urgent request whose app has been the latest may take what its
     # deadline needs beyond its quota from the top's quota, less what the top's own deadline needs.
@@ -461,9 +478,13 @@ def build_deadline_squad(
         row = tab.first_row_within(k, left, p.stretch, q, row)  # the smallest that meets its deadline
         if row <= p.row < tab.full and sms[p.row] <= fits:
             row = p.row  # its current context still serves: no switch
-        if row == q and want != 0.0 and ((over := p.request.app.backlogged) or not cautions.get(p.request.app.index)):
+        if (
+            row == q
+            and want != 0.0
+            and ((over := p.request.app.backlogged) or (top_late and not cautions.get(p.request.app.index)))
+        ):
             if want is None:
-                want, top_end = _beyond_quota(top, now)
+                want, top_end = _beyond_quota(top, now, window)
             smaller = tab.first_row_at_most(sms[q] - want)
             if 0 <= smaller < q and (over or _meets_after_lending(p, smaller, top_end, left, window)):
                 want = 0.0  # met: ``smaller`` leaves the top at least what it wants
@@ -510,13 +531,17 @@ def build_deadline_squad(
     return PacedLaunch(tuple(entries), _start_order(entries, lines), tuple(rows), tuple(durations), wake)
 
 
-def _beyond_quota(top: PacedRequest, now: float) -> tuple[float, float]:
-    """The SMs ``top`` needs beyond its quota to meet its deadline alone (0 if none, or if it
-    misses it even on the whole GPU: then nobody's SMs buy it its deadline), and how long its
-    remaining kernels take there (its interference stretch included)."""
+def _beyond_quota(top: PacedRequest, now: float, window: float) -> tuple[float, float]:
+    """The SMs ``top`` needs beyond its quota to meet its deadline alone with a window to spare
+    (0 if none, or if it misses it even on the whole GPU: then nobody's SMs buy it its deadline),
+    and how long its remaining kernels take there (its interference stretch included).
+
+    The window is the margin the lenders keep too (:func:`_meets_after_lending`): the stretch
+    is a mean, and a top lent exactly its expected need ran late beside an overloaded neighbour
+    (BERT beside ResNet-101 at 5x its share, 1.015x ISO; 1.004x with the margin)."""
     tab = top.table
     k = top.request.scheduled
-    row = top.deadline_row(now, lowest=top.quota_row)
+    row = top.deadline_row(now, margin=window, lowest=top.quota_row)
     want = tab.row_sms[row] - top.quota_sms if row < tab.full else 0.0
     return want, tab.rest(row, k) * top.stretch
 
