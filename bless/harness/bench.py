@@ -131,7 +131,7 @@ class StepBench:
     launch_p90: float = math.nan
     """Seconds: the 90th percentile, over the steps that launch, of a step's fastest time per
     request it launches.  A step's cost follows the requests it looks at and launches, not its
-    kernels, so this is what the virtual clock charges per launch
+    kernels: the virtual clock's charge per launch is set above this
     (:data:`bless.policies.bless.DECISION_COST`)."""
 
     @property
