@@ -553,8 +553,7 @@ def _meets_after_lending(p: PacedRequest, smaller: int, top_end: float, left: fl
     tab = p.table
     k = p.request.scheduled
     slow = tab.rest(smaller, k) * p.stretch
-    fast = tab.rest(tab.full, k) * p.stretch
-    return (slow if slow <= top_end else top_end + (1.0 - top_end / slow) * fast) + window <= left
+    return _finish(slow, 1.0, top_end, tab.rest(tab.full, k) * p.stretch / slow) + window <= left
 
 
 def _misses_beside(p: PacedRequest, top: PacedRequest, left: float, window: float, caution: float) -> bool:
