@@ -38,7 +38,8 @@ def share(app: str) -> float:
 
 def run(victim: str, neighbour: str, times: int, policy: str) -> tuple[float, float]:
     """The victim's mean over its ISO target and the neighbour's service over its quota's throughput."""
-    rate = times * share(neighbour)
+    quota_rate = share(neighbour)
+    rate = times * quota_rate
     apps = [
         {"app": victim, "quota": 0.5, "load": "B"},
         {"app": neighbour, "quota": 0.5, "load": {"type": "poisson", "rate": rate}},
@@ -46,7 +47,7 @@ def run(victim: str, neighbour: str, times: int, policy: str) -> tuple[float, fl
     mine, theirs = run_config(config_from_dict({**BASE, "policy": policy, "apps": apps})).apps
     ends = theirs.arrivals + theirs.latencies
     served = len(ends) / (float(ends.max()) - BASE["warmup"]) if len(ends) else 0.0
-    return mine.mean / mine.iso_latency, served / share(neighbour)
+    return mine.mean / mine.iso_latency, served / quota_rate
 
 
 def main(argv: list[str] | None = None) -> int:
