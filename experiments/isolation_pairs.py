@@ -21,19 +21,19 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from bless.harness.config import config_from_dict
-from bless.harness.run import app_states, run_config
+from bless.harness.run import run_config
 from bless.profiles.catalog import load_app
 
 APPS = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
 POLICIES = ("bless", "gslice", "unbound")
 TIMES = (1, 5)
-BASE = {"gpu": "a100", "duration": 3.0, "warmup": 0.5, "seed": 0, "noise": 0.02}
+GPU = "a100"
+BASE = {"gpu": GPU, "duration": 3.0, "warmup": 0.5, "seed": 0, "noise": 0.02}
 
 
 def share(app: str) -> float:
     """Requests per second the app's quota of 1/2 serves alone: 1 / T[50 %]."""
-    cfg = config_from_dict({**BASE, "policy": "iso", "apps": [{"app": app, "quota": 0.5, "load": "B"}]})
-    return 1.0 / app_states(cfg, [load_app(app, cfg.gpu)])[0].iso_latency
+    return 1.0 / load_app(app, GPU).latency_at_quota(0.5)
 
 
 def run(victim: str, neighbour: str, times: int, policy: str) -> tuple[float, float]:
