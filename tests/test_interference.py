@@ -8,7 +8,9 @@ import pytest
 
 from bless.backend.interface import HostCosts
 from bless.hw.costs import gpu_constants
+from bless.hw.gpus import get_gpu
 from bless.hw.interference import InterferenceModel
+from bless.profiles import features
 from bless.profiles.synthetic import synthetic_profile
 from bless.shared_data import shared_data_dir
 from bless.sim import corun
@@ -90,3 +92,33 @@ def test_replayed_pairs_reproduce_the_measured_slowdowns_and_their_asymmetry():
     assert 0.8 < overall.excess_reproduced < 1.25
     by_split = {p: statistics.fmean(r.replay.slowdown for r in results if r.row.sm_pct == p) for p in (20, 80)}
     assert by_split[20] - 1 > 1.5 * (by_split[80] - 1)  # fewer SMs, more slowdown, as measured
+
+
+def test_the_simulated_gpu_slows_co_running_kernels_as_the_reference_term_says():
+    # One kernel of each app, side by side on 54 SMs each from the same instant; the second is
+    # 50x longer, so the first runs its whole life beside it at fixed demands.
+    model = InterferenceModel.for_gpu("a100")
+    short = synthetic_profile("short", n_kernels=1, mean_us=100.0, dram_util=0.3, seed=5)
+    long = synthetic_profile("long", n_kernels=1, mean_us=5000.0, dram_util=0.6, seed=6)
+    gpu = get_gpu("a100")
+
+    def alone_and_demand(profile):
+        solo = features.solo_curves(profile, gpu)
+        seconds = float(solo[54, 0])
+        return seconds, float(features.dram_seconds(profile, solo[-1])[0]) / seconds
+
+    t_short, u_short = alone_and_demand(short)
+    t_long, u_long = alone_and_demand(long)
+    assert t_long > 10 * t_short and u_short > 0.05 and u_long > 0.1
+    be = SimBackend("a100", host=NO_HOST, interference=model)
+    streams = []
+    for profile in (long, short):
+        handle = be.deploy(profile)
+        streams.append((be.create_stream(be.create_context(handle, 54)), handle))
+    be.launch(*streams[0], 0)
+    run = be.launch(*streams[1], 0)
+    be.synchronize()
+    expected = t_short * model.stretch(u_short, u_short + u_long)
+    assert expected > 1.05 * t_short  # the neighbour's traffic does slow it
+    assert run.end - run.start == pytest.approx(expected, rel=1e-9)
+    assert model.stretch(u_short, u_short) == 1.0  # alone: exactly the profile

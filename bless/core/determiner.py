@@ -48,7 +48,8 @@ What prices what, and why:
   when each remainder can start.  The walk's error per configuration is in
   ``experiments/README.md`` (Estimators and overhead).
 * **Interference**, in the walk: co-running kernels stretch by the calibrated
-  DRAM interference the simulator applies (:class:`bless.hw.interference.InterferenceModel`),
+  DRAM interference the simulator applies (:meth:`bless.hw.interference.InterferenceModel.stretch`,
+  written out in the compiled walk),
   ``(1 + min(u, 1) * max(U - 1, 0)) * (1 + c * (U - u))`` with ``u`` a kernel's DRAM demand at its current
   speed (the profile's ``dram_util`` times its full-GPU time, over its time
   now), ``U`` the sum over the running kernels and ``c`` from

@@ -23,6 +23,16 @@ class InterferenceModel:
     bandwidth: float = 0.0
     """Stretch per unit of the DRAM bandwidth (fraction of peak) the other running kernels demand."""
 
+    def stretch(self, own: float, total: float) -> float:
+        """How much a kernel slows when it demands ``own`` of the peak DRAM bandwidth and all
+        the running kernels, itself included, demand ``total``: the saturation factor times the
+        contention factor (their reasons in ``bless/sim/engine.py``).  1 for a kernel alone.
+
+        The reference form: estimates over whole requests call it; the simulated GPU's event
+        loop and the determiner's compiled kernel walk write it out in their hot loops, and
+        ``tests/test_interference.py`` holds both to it."""
+        return (1.0 + min(own, 1.0) * max(total - 1.0, 0.0)) * (1.0 + self.bandwidth * (total - own))
+
     @classmethod
     def for_gpu(cls, gpu: str) -> InterferenceModel:
         """The fitted constants of GPU model ``gpu`` (``bless/hw/<gpu>.toml``, with their source)."""

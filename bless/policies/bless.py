@@ -341,17 +341,17 @@ class BlessPolicy(Policy):
 
 
 def neighbour_stretch(apps: list[AppState], gpu: GpuSpec) -> dict[int, float]:
-    """Per app index, ``1 + c * (the others' mean DRAM demand)``: the simulated GPU's
-    interference term (``bless/sim/engine.py``, ``c`` from the GPU's data file) with
-    each neighbour at its quota's mean demand, a request's margin against its deadline."""
-    c = InterferenceModel.for_gpu(gpu.name).bandwidth
+    """Per app index, the simulated GPU's interference term
+    (:meth:`~bless.hw.interference.InterferenceModel.stretch`) with every app at its quota's
+    mean DRAM demand: a request's margin against its deadline."""
+    model = InterferenceModel.for_gpu(gpu.name)
     demand = {}
     for a in apps:
         p = a.profile
         moved = float(np.dot([k.dram_util for k in p.kernels], p.t[-1]))
         demand[a.index] = moved / a.iso_latency if a.iso_latency > 0 else 0.0
     total = sum(demand.values())
-    return {i: 1.0 + c * (total - u) for i, u in demand.items()}
+    return {i: model.stretch(u, total) for i, u in demand.items()}
 
 
 def semi_sp_plans(

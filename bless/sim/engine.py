@@ -23,7 +23,8 @@ kernel progresses at a constant rate; rates are recomputed at every event:
   or on its own SM set, holding all the SMs it can use is full speed.
 * **Interference.**  A kernel alone at ``n`` SMs demands ``u = dram_seconds /
   solo[n]`` of the peak DRAM bandwidth; ``U`` is the demand of all running
-  kernels.  Each kernel stretches by::
+  kernels.  Each kernel stretches by (:meth:`bless.hw.interference.InterferenceModel.stretch`,
+  written out in the event loop for speed)::
 
       (1 + min(u, 1) * max(U - 1, 0)) * (1 + bandwidth * (U - u))
 
