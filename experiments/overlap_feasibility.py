@@ -1,49 +1,54 @@
-"""Two requests that arrive together: can both finish by their ISO latency on a shared GPU?
+"""Requests that arrive together: can every one finish by its ISO latency on a shared GPU?
 
 In Fig. 13's closed loops (and the held-out pairs of ``heldout.py``) the two
 apps' requests overlap for most of their lives, and where BLESS misses an ISO
-target it is in the requests whose neighbour runs the whole time.  This asks,
-for one request of each app arriving together on an idle GPU, what the best
-schedule could do: the least ``lam`` such that both finish by ``lam x`` their
-ISO latency (``T[quota]``).
+target it is in the requests whose neighbour runs the whole time; in Fig. 15's
+four-app mix at load A all four overlap most of the time.  This asks, for one
+request of each app arriving together on an idle GPU, what the best schedule
+could do: the least ``lam`` such that every one finishes by ``lam x`` its ISO
+latency (``T[quota]``).
 
-The model is a fluid one over whole requests.  At any instant the GPU runs app
-A alone on every SM, app B alone, or both side by side with ``n`` and ``N - n``
-SMs (every ``n``); time may be divided among these freely (the convex hull of
-their rates), so a linear program decides feasibility and bisection finds
-``lam``.  A request's time at ``n`` SMs is the sum of its kernels' curves
-(``bless.profiles.features.solo_curves``); side by side each is stretched by
-the simulated GPU's interference term (``bless/sim/engine.py``) with each
-app's *mean* DRAM demand at its SM count.
+The model is a fluid one over whole requests.  At any instant the GPU runs
+some of the requests side by side, each on its own SMs (alone on every SM
+included, idle SMs allowed): pairs at every split of the SMs, larger groups at
+the GPU's partition levels (the linear program's size).  Time may be divided
+among these ways freely (the convex hull of their rates), so a linear program
+decides feasibility and bisection finds ``lam``.  A request's time at ``n``
+SMs is the sum of its kernels' curves (``bless.profiles.features.solo_curves``);
+side by side each is stretched by the simulated GPU's interference term
+(:meth:`bless.hw.interference.InterferenceModel.stretch`) with each app's
+*mean* DRAM demand at its SM count.
 
 **Not a bound.**  Real kernels differ: a schedule could co-run compute-bound
 kernels and run memory-bound ones alone, which the mean demands cannot see,
 and the closed loops' requests do not all overlap.  It says where interference,
-at its mean, leaves no room for two overlapping requests to keep both
-promises, which the profiles' no-interference bound (``bless bound``) cannot.
-With the interference term set to 0 it finds ``lam <= 1`` for every pair (the
-quota split itself meets both), which the test checks.  Beside it, the
-simulated GPU runs the same situation (ten such pairs of requests, far apart,
-no noise) under BLESS and the baselines: the worst app's mean over its ISO
-latency.
+at its mean, leaves no room for overlapping requests to keep every promise,
+which the profiles' no-interference bound (``bless bound``) cannot, and where
+room is left that a policy fails to use.  With the interference term set to 0
+it finds ``lam <= 1`` for every pair (the quota split itself meets both),
+which the test checks.  Beside it, the simulated GPU runs the same situation
+(ten such groups of requests, far apart, no noise) under BLESS and the
+baselines: the worst app's mean over its ISO latency.
 
-    python experiments/overlap_feasibility.py > experiments/results/overlap_feasibility.md   # ~1 min
+    python experiments/overlap_feasibility.py > experiments/results/overlap_feasibility.md   # ~30 s
 
 Needs the shared measurements for the held-out models (as ``heldout.py``).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import linprog
 
-from bless.harness.config import config_from_dict
+from bless.harness.config import config_from_dict, parse_quota
 from bless.harness.loads import Arrivals
 from bless.harness.run import run_config
 from bless.hw.gpus import GpuSpec, get_gpu
@@ -55,6 +60,11 @@ from bless.profiles.format import Profile, load_profile
 SHIPPED = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
 POLICIES = ("bless", "gslice", "unbound", "temporal", "reef")
 PAIRS_SIMULATED = 10
+GROUPS = (
+    ("Fig. 15's four apps", (("resnet50", "10%"), ("vgg11", "20%"), ("bert", "30%"), ("resnet101", "40%"))),
+    ("four held-out apps", (("mobilenet", "10%"), ("vgg19", "20%"), ("inception", "30%"), ("resnet152", "40%"))),
+)
+"""Groups of four apps at Fig. 15's quotas: the shipped mix and one of the held-out models."""
 
 
 @dataclass(frozen=True)
@@ -76,65 +86,79 @@ class RequestCurve:
         return cls(seconds, moved, profile.latency_at_quota(quota))
 
 
-def stretches(a: RequestCurve, b: RequestCurve, na: int, nb: int, bandwidth: float) -> tuple[float, float]:
-    """Each request's slowdown side by side at ``na`` / ``nb`` SMs: the engine's term with mean demands."""
-    ua = a.dram_seconds / a.seconds[na]
-    ub = b.dram_seconds / b.seconds[nb]
-    over = max(ua + ub - 1.0, 0.0)
-    return (1 + min(ua, 1.0) * over) * (1 + bandwidth * ub), (1 + min(ub, 1.0) * over) * (1 + bandwidth * ua)
+def stretches(curves: Sequence[RequestCurve], sms: Sequence[int], model: InterferenceModel) -> list[float]:
+    """Each request's slowdown side by side at ``sms[i]`` SMs: the simulated GPU's term with mean demands."""
+    demands = [c.dram_seconds / c.seconds[n] for c, n in zip(curves, sms)]
+    total = sum(demands)
+    return [model.stretch(u, total) for u in demands]
 
 
-def rate_points(a: RequestCurve, b: RequestCurve, sm_count: int, bandwidth: float) -> np.ndarray:
-    """Shape (P, 2): requests per second of A and B in each way of running them (alone, or side by side)."""
-    points = [(1 / a.seconds[sm_count], 0.0), (0.0, 1 / b.seconds[sm_count])]
-    for na in range(1, sm_count):
-        sa, sb = stretches(a, b, na, sm_count - na, bandwidth)
-        points.append((1 / (a.seconds[na] * sa), 1 / (b.seconds[sm_count - na] * sb)))
+def allocations(k: int, units: int) -> np.ndarray:
+    """Shape (P, k): every way to give each of ``k`` requests at least one of ``units`` SM units, some left idle."""
+    cuts = np.array(list(itertools.combinations(range(1, units + 1), k)), dtype=int).reshape(-1, k)
+    return np.diff(cuts, axis=1, prepend=0)
+
+
+def rate_points(curves: Sequence[RequestCurve], sm_count: int, model: InterferenceModel, unit: int = 1) -> np.ndarray:
+    """Shape (P, len(curves)): requests per second of each in every way of running some of them
+    side by side (each alone included), SMs given in multiples of ``unit``, idle ones allowed."""
+    points = []
+    for k in range(1, len(curves) + 1):
+        for group in itertools.combinations(range(len(curves)), k):
+            for split in allocations(k, sm_count // unit) * unit:
+                rates = np.zeros(len(curves))
+                members = [curves[i] for i in group]
+                for i, c, n, s in zip(group, members, split, stretches(members, split, model)):
+                    rates[i] = 1 / (c.seconds[n] * s)
+                points.append(rates)
     return np.array(points)
 
 
-def both_meet(points: np.ndarray, deadlines: tuple[float, float]) -> bool:
-    """Whether some division of time among ``points`` finishes request 0 by ``deadlines[0]`` and 1 by ``deadlines[1]``.
+def all_meet(points: np.ndarray, deadlines: Sequence[float]) -> bool:
+    """Whether some division of time among ``points`` finishes request ``i`` by ``deadlines[i]`` for every ``i``.
 
-    Variables: seconds at each point before the earlier deadline and between the two."""
-    first = 0 if deadlines[0] <= deadlines[1] else 1
-    early, late = sorted(deadlines)
-    n = len(points)
-    zeros = np.zeros(n)
-    a_ub = [
-        np.r_[np.ones(n), zeros],  # the time before the earlier deadline
-        np.r_[zeros, np.ones(n)],  # and between the two
-        np.r_[-points[:, first], zeros],  # the earlier one done before its deadline
-        np.r_[-points[:, 1 - first], -points[:, 1 - first]],  # the later one done by its own
-    ]
-    b_ub = [early, late - early, -1.0, -1.0]
-    res = linprog(np.zeros(2 * n), A_ub=np.array(a_ub), b_ub=b_ub, bounds=[(0, None)] * (2 * n), method="highs")
+    Variables: seconds at each point in each interval between consecutive deadlines."""
+    n, k = points.shape
+    order = np.argsort(deadlines, kind="stable")
+    ends = np.asarray(deadlines, dtype=float)[order]
+    lengths = np.diff(ends, prepend=0.0)
+    a_ub = np.zeros((2 * k, n * k))
+    for m in range(k):
+        a_ub[m, m * n : (m + 1) * n] = 1.0  # the time of interval m
+    for m, i in enumerate(order):  # request i is done by the end of interval m
+        a_ub[k + i, : (m + 1) * n] = -np.tile(points[:, i], m + 1)
+    b_ub = np.r_[lengths, -np.ones(k)]
+    res = linprog(np.zeros(n * k), A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
     return res.status == 0
 
 
-def least_ratio(a: RequestCurve, b: RequestCurve, sm_count: int, bandwidth: float, tol: float = 1e-4) -> float:
-    """The least ``lam`` at which both requests can finish by ``lam x`` their ISO latency."""
-    points = rate_points(a, b, sm_count, bandwidth)
+def least_ratio(
+    curves: Sequence[RequestCurve], sm_count: int, model: InterferenceModel, unit: int = 1, tol: float = 1e-4
+) -> float:
+    """The least ``lam`` at which every request can finish by ``lam x`` its ISO latency."""
+    points = rate_points(curves, sm_count, model, unit)
     lo, hi = 0.0, 4.0
     while hi - lo > tol:
         mid = (lo + hi) / 2
-        if both_meet(points, (mid * a.iso, mid * b.iso)):
+        if all_meet(points, [mid * c.iso for c in curves]):
             hi = mid
         else:
             lo = mid
     return hi
 
 
-def one_after_other(a: RequestCurve, b: RequestCurve, sm_count: int) -> float:
-    """``lam`` of the better order of running them one after the other, each on the whole GPU."""
-    ta, tb = a.seconds[sm_count], b.seconds[sm_count]
-    return min(max(ta / a.iso, (ta + tb) / b.iso), max(tb / b.iso, (ta + tb) / a.iso))
+def one_after_other(curves: Sequence[RequestCurve], sm_count: int) -> float:
+    """``lam`` of the best order of running them one after the other, each on the whole GPU."""
+    best = math.inf
+    for order in itertools.permutations(curves):
+        done = np.cumsum([c.seconds[sm_count] for c in order])
+        best = min(best, max(t / c.iso for t, c in zip(done, order)))
+    return best
 
 
-def quota_split(a: RequestCurve, b: RequestCurve, na: int, nb: int, bandwidth: float) -> float:
+def quota_split(curves: Sequence[RequestCurve], sms: Sequence[int], model: InterferenceModel) -> float:
     """``lam`` of the static split at the quotas (GSLICE's way): each at its quota, stretched, the whole time."""
-    sa, sb = stretches(a, b, na, nb, bandwidth)
-    return max(a.seconds[na] * sa / a.iso, b.seconds[nb] * sb / b.iso)
+    return max(c.seconds[n] * s / c.iso for c, n, s in zip(curves, sms, stretches(curves, sms, model)))
 
 
 def simulated(apps: list[tuple[str, str]], policy: str, gap: float) -> float:
@@ -154,40 +178,51 @@ def simulated(apps: list[tuple[str, str]], policy: str, gap: float) -> float:
     return max(a.mean / a.iso_latency for a in result.apps)
 
 
+def row(
+    name: str, apps: Sequence[tuple[str, str]], paths: dict[str, str], gpu: GpuSpec, model: InterferenceModel
+) -> str:
+    """One table row: the estimates and the simulated policies for requests of ``apps`` arriving together."""
+    n = gpu.sm_count
+    # Pairs at every split of the SMs; larger groups at the GPU's partition levels (the LP's size).
+    unit = 1 if len(apps) == 2 else gpu.level_sms()[0]
+    quotas = [parse_quota(q, f"{app}'s quota") for app, q in apps]
+    curves = [RequestCurve.of(load_profile(paths[app]), q, gpu) for (app, _), q in zip(apps, quotas)]
+    cells = (
+        least_ratio(curves, n, model, unit),
+        least_ratio(curves, n, InterferenceModel(), unit),
+        one_after_other(curves, n),
+        quota_split(curves, [gpu.round_sms(q * n) for q in quotas], model),
+    )
+    gap = 10 * max(c.iso for c in curves)
+    sims = tuple(simulated([(paths[app], q) for app, q in apps], policy, gap) for policy in POLICIES)
+    iso = " / ".join(f"{c.iso * 1e3:.2f}" for c in curves)
+    return f"| {name} | {iso} | " + " | ".join(f"{x:.3f}" for x in cells + sims) + " |"
+
+
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).parent))
     import heldout  # the held-out models and pairs, built the same way
 
     gpu = get_gpu("a100")
-    bandwidth = InterferenceModel.for_gpu(gpu.name).bandwidth
-    n = gpu.sm_count
+    model = InterferenceModel.for_gpu(gpu.name)
     with tempfile.TemporaryDirectory() as tmp:
         paths = {app: str(find_profile(app, gpu.name)) for app in SHIPPED}
         paths |= heldout.build_profiles(Path(tmp))
-        pairs = [(f"{m} pair (shipped)", m, "1/2", m, "1/2") for m in SHIPPED]
-        pairs += [(f"{m} pair (held out)", m, "1/2", m, "1/2") for m in heldout.MODELS]
-        pairs += [(f"{a} {qa} + {b} {qb} (held out)", a, qa, b, qb) for a, qa, b, qb in heldout.MIXED]
-        print("## Two requests arriving together: least lam with both done by lam x ISO\n")
-        print(f"Simulated A100 ({n} SMs), interference 1 + {bandwidth} x the other's mean DRAM demand; fluid over")
-        print("whole requests (`experiments/overlap_feasibility.py`; an estimate with mean demands, not a bound).\n")
-        print("| pair | ISO (ms) | best schedule | best, no interference | one after the other | quota split |", end="")
+        rows = [(f"{m} pair (shipped)", [(m, "1/2"), (m, "1/2")]) for m in SHIPPED]
+        rows += [(f"{m} pair (held out)", [(m, "1/2"), (m, "1/2")]) for m in heldout.MODELS]
+        rows += [(f"{a} {qa} + {b} {qb} (held out)", [(a, qa), (b, qb)]) for a, qa, b, qb in heldout.MIXED]
+        rows += [(name, list(group)) for name, group in GROUPS]
+        print("## Requests arriving together: least lam with every one done by lam x ISO\n")
+        print(
+            f"Simulated A100 ({gpu.sm_count} SMs), interference (1 + saturation) x (1 + {model.bandwidth} x the others'"
+        )
+        print("mean DRAM demand); fluid over whole requests, pairs at every split of the SMs, groups at the")
+        print("GPU's levels (`experiments/overlap_feasibility.py`; an estimate with mean demands, not a bound).\n")
+        print("| apps | ISO (ms) | best schedule | best, no interference | one after the other | quota split |", end="")
         print(" simulated: " + " | ".join(POLICIES) + " |")
         print("|---" * (6 + len(POLICIES)) + "|")
-        for name, ma, qa, mb, qb in pairs:
-            fa, fb = float(Fraction(qa)), float(Fraction(qb))
-            a = RequestCurve.of(load_profile(paths[ma]), fa, gpu)
-            b = RequestCurve.of(load_profile(paths[mb]), fb, gpu)
-            na, nb = gpu.round_sms(fa * n), gpu.round_sms(fb * n)
-            cells = (
-                least_ratio(a, b, n, bandwidth),
-                least_ratio(a, b, n, 0.0),
-                one_after_other(a, b, n),
-                quota_split(a, b, na, nb, bandwidth),
-            )
-            gap = 10 * max(a.iso, b.iso)
-            sims = tuple(simulated([(paths[ma], qa), (paths[mb], qb)], policy, gap) for policy in POLICIES)
-            iso = f"{a.iso * 1e3:.2f} / {b.iso * 1e3:.2f}"
-            print(f"| {name} | {iso} | " + " | ".join(f"{x:.3f}" for x in cells + sims) + " |", flush=True)
+        for name, apps in rows:
+            print(row(name, apps, paths, gpu, model), flush=True)
     return 0
 
 

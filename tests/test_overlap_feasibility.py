@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bless.hw.gpus import get_gpu
+from bless.hw.interference import InterferenceModel
 from bless.profiles.catalog import find_profile
 from bless.profiles.format import load_profile
 
@@ -27,26 +28,51 @@ def fluid():
     del sys.modules[spec.name]
 
 
-def curves(fluid, a, qa, b, qb):
-    """The fluid model's view of one request of each app of a pair."""
-    return tuple(fluid.RequestCurve.of(load_profile(find_profile(m, GPU.name)), q, GPU) for m, q in ((a, qa), (b, qb)))
+def curves(fluid, *apps):
+    """The fluid model's view of one request of each ``(model, quota)``."""
+    return [fluid.RequestCurve.of(load_profile(find_profile(m, GPU.name)), q, GPU) for m, q in apps]
+
+
+def model(bandwidth):
+    return InterferenceModel(bandwidth=bandwidth)
+
+
+def quota_sms(quotas):
+    return [GPU.round_sms(q * GPU.sm_count) for q in quotas]
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}+{p[2]}")
 def test_without_interference_the_quota_split_meets_both_isos(fluid, pair):
-    a, b = curves(fluid, *pair)
-    n = GPU.sm_count
-    assert fluid.quota_split(a, b, GPU.round_sms(pair[1] * n), GPU.round_sms(pair[3] * n), 0.0) <= 1.0 + 1e-3
-    assert fluid.least_ratio(a, b, n, 0.0) <= 1.0 + 1e-3
+    cs = curves(fluid, pair[:2], pair[2:])
+    none = model(0.0)
+    assert fluid.quota_split(cs, quota_sms(pair[1::2]), none) <= 1.0 + 1e-3
+    assert fluid.least_ratio(cs, GPU.sm_count, none) <= 1.0 + 1e-3
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}+{p[2]}")
 def test_the_best_schedule_is_no_worse_than_the_ones_it_contains_and_interference_only_hurts(fluid, pair):
-    a, b = curves(fluid, *pair)
+    cs = curves(fluid, pair[:2], pair[2:])
     n = GPU.sm_count
     c = 0.75
-    best = fluid.least_ratio(a, b, n, c)
-    split = fluid.quota_split(a, b, GPU.round_sms(pair[1] * n), GPU.round_sms(pair[3] * n), c)
-    assert best <= min(fluid.one_after_other(a, b, n), split) + 1e-3
-    assert fluid.least_ratio(a, b, n, 0.0) <= best + 1e-3
-    assert best <= fluid.least_ratio(a, b, n, 2 * c) + 1e-3
+    best = fluid.least_ratio(cs, n, model(c))
+    split = fluid.quota_split(cs, quota_sms(pair[1::2]), model(c))
+    assert best <= min(fluid.one_after_other(cs, n), split) + 1e-3
+    assert fluid.least_ratio(cs, n, model(0.0)) <= best + 1e-3
+    assert best <= fluid.least_ratio(cs, n, model(2 * c)) + 1e-3
+
+
+def test_a_group_of_three_contains_one_after_the_other_and_its_quota_split(fluid):
+    apps = [("bert", 1 / 3), ("vgg11", 1 / 3), ("resnet50", 1 / 3)]
+    cs = curves(fluid, *apps)
+    unit = GPU.sm_count // 6  # thirds of the GPU and their halves: the quota split is one of the points
+    best = fluid.least_ratio(cs, GPU.sm_count, model(0.75), unit)
+    split = fluid.quota_split(cs, [GPU.sm_count // 3] * 3, model(0.75))
+    assert best <= min(fluid.one_after_other(cs, GPU.sm_count), split) + 1e-3
+    assert fluid.least_ratio(cs, GPU.sm_count, model(0.0), unit) <= min(best, 1.0) + 1e-3
+
+
+def test_allocations_give_every_member_some_sms_and_never_more_than_the_gpu(fluid):
+    ways = fluid.allocations(3, 6)
+    assert len(ways) == 20  # C(6, 3)
+    assert (ways >= 1).all() and (ways.sum(axis=1) <= 6).all()
+    assert len({tuple(w) for w in ways}) == len(ways)
