@@ -132,11 +132,11 @@ def run(apps: list[str], gpu_name: str, squads: int, seed: int, noise: float, me
     by_pair: dict[str, dict[str, list[float]]] = {}
     ratio_by_pair: dict[str, dict[str, list[float]]] = {}
     split_not_nsp: list[bool] = []
-    picks = {"default": [], "adaptive": []}
-    true_picks = {"default": [], "adaptive": []}
-    regret = {"default": [], "adaptive": []}
-    chosen_kind = {"default": [], "adaptive": []}
-    fastest_kind = []
+    picks: dict[str, list[bool]] = {"default": [], "adaptive": []}
+    true_picks: dict[str, list[bool]] = {"default": [], "adaptive": []}
+    regret: dict[str, list[float]] = {"default": [], "adaptive": []}
+    chosen_kind: dict[str, list[str]] = {"default": [], "adaptive": []}
+    fastest_kind: list[str] = []
     t0 = time.perf_counter()
     per_pair = [squads // len(pairs) + (1 if i < squads % len(pairs) else 0) for i in range(len(pairs))]
     rid = 0
@@ -180,7 +180,7 @@ def run(apps: list[str], gpu_name: str, squads: int, seed: int, noise: float, me
                 ratio[k[0]].append(measured[k] / est)
                 by_pair[name][k[0]].append(e)
                 ratio_by_pair[name][k[0]].append(measured[k] / est)
-            fastest_kind.append(min(keys, key=truth.get)[0])
+            fastest_kind.append(min(keys, key=truth.__getitem__)[0])
             for label, d, cands in (
                 ("default", det, [("nsp",), ("seq",), ("semi_sp", parts, 0.5)]),
                 (

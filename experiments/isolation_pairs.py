@@ -28,7 +28,8 @@ APPS = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
 POLICIES = ("bless", "gslice", "unbound")
 TIMES = (1, 5)
 GPU = "a100"
-BASE = {"gpu": GPU, "duration": 3.0, "warmup": 0.5, "seed": 0, "noise": 0.02}
+WARMUP = 0.5
+BASE = {"gpu": GPU, "duration": 3.0, "warmup": WARMUP, "seed": 0, "noise": 0.02}
 
 
 def share(app: str) -> float:
@@ -46,7 +47,7 @@ def run(victim: str, neighbour: str, times: int, policy: str) -> tuple[float, fl
     ]
     mine, theirs = run_config(config_from_dict({**BASE, "policy": policy, "apps": apps})).apps
     ends = theirs.arrivals + theirs.latencies
-    served = len(ends) / (float(ends.max()) - BASE["warmup"]) if len(ends) else 0.0
+    served = len(ends) / (float(ends.max()) - WARMUP) if len(ends) else 0.0
     return mine.mean / mine.iso_latency, served / quota_rate
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from bless.colocation import kace_data
 from bless.colocation.kace import MIN_CORRELATION, KaceModel, pair_matrix
-from bless.colocation.kace_eval import EvalConfig, evaluate
+from bless.colocation.kace_eval import EvalConfig, ModelFactory, evaluate
 
 ROOT = Path(__file__).resolve().parent
 PAPER = {"KACE": 0.906, "Xu RF": 0.813, "MEMCAP": 0.785}
@@ -66,7 +66,7 @@ class _ConcatOneOrder:
         return self.model.predict(self._x(table, pairs))
 
 
-VARIANTS = {
+VARIANTS: dict[str, ModelFactory] = {
     "KACE paper": _Fixed(MIN_CORRELATION, 0.0),
     "|r| CV, LS": _Fixed(None, 0.0),
     "all, ridge CV": _Fixed(0.0, None),

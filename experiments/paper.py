@@ -119,7 +119,7 @@ def policies_in(rows: list[dict]) -> list[str]:
 
 def reductions(rows: list[dict], config_key: Callable[[dict], tuple]) -> dict[str, tuple[float, int]]:
     """BLESS's mean latency reduction (%) over each policy, averaged over configurations both ran."""
-    by = {}
+    by: dict[tuple, dict[str, float]] = {}
     for r in rows:
         if ok(r):
             by.setdefault(config_key(r), {})[r["policy"]] = r["mean_latency_ms"]

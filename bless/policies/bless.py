@@ -60,8 +60,8 @@ DECISION_COST = {
 step costs what the requests it looks at and launches cost, not its kernels: it takes each
 request's next window whole, and its walk prices the same windows whatever their length (a
 step's median 8-46 us with 1-8 apps; a least-squares fit over the steps puts 0 +- 0.2 us on
-each kernel; a lone request's step of 26 kernels costs 9 us, which 3 us per kernel charged as
-78).  So it is charged per launch: 35 us, above the 90th percentile of a step's time per launch in every replay
+each kernel; a lone request's step of 26 kernels costs 9 us, as a step of a few).  So it is
+charged per launch, not per kernel: 35 us, above the 90th percentile of a step's time per launch in every replay
 measured with 2, 4 and 8 apps (23-34 us, 2026-11-25).  The paper's squads are searched kernel
 by kernel: 0.72-1.07 us per kernel with 2-8 active apps, charged 1 us.  The paper's C++
 runtime: 6.7 us per kernel."""
