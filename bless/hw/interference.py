@@ -29,8 +29,9 @@ class InterferenceModel:
         contention factor (their reasons in ``bless/sim/engine.py``).  1 for a kernel alone.
 
         The reference form: estimates over whole requests call it; the simulated GPU's event
-        loop and the determiner's compiled kernel walk write it out in their hot loops, and
-        ``tests/test_interference.py`` holds both to it."""
+        loop and the determiner's compiled kernel walk write it out in their hot loops.
+        ``tests/test_interference.py`` holds the event loop to it, and
+        ``tests/test_determiner.py`` the walk's estimates to squads run on the simulated GPU."""
         return (1.0 + min(own, 1.0) * max(total - 1.0, 0.0)) * (1.0 + self.bandwidth * (total - own))
 
     @classmethod
