@@ -66,7 +66,7 @@ def test_bert_keeps_its_iso_latency_beside_an_overloaded_resnet101(times):
     BERT's expected stretch said it needed, and only once BERT had been late."""
     neighbour = {"app": "resnet101", "quota": 0.5, "load": "B"}
     config = {"gpu": "a100", "duration": 3.0, "warmup": 0.0, "seed": 0, "noise": 0.02, "policy": "bless"}
-    share = 1 / run_config(config_from_dict({**config, "duration": 0.1, "apps": [neighbour]})).apps[0].iso_latency
+    share = 1 / load_app("resnet101", "a100").latency_at_quota(0.5)
     neighbour["load"] = {"type": "poisson", "rate": times * share}
     bert, resnet = run_config(
         config_from_dict({**config, "apps": [{"app": "bert", "quota": 0.5, "load": "B"}, neighbour]})
@@ -87,7 +87,7 @@ def test_an_overloaded_neighbour_leaves_any_app_its_iso_latency(victim, neighbou
     monkeypatch.setenv("BLESS_PROFILE_PATH", str(tmp_path))
     apps = [{"app": victim, "quota": 0.5, "load": "B"}, {"app": neighbour, "quota": 0.5, "load": "B"}]
     config = {"gpu": "a100", "duration": 1.5, "warmup": 0.0, "seed": 0, "noise": 0.02, "policy": "bless", "apps": apps}
-    share = 1 / run_config(config_from_dict(config)).apps[1].iso_latency
+    share = 1 / load_app(neighbour, "a100").latency_at_quota(0.5)
     apps[1]["load"] = {"type": "poisson", "rate": 5 * share}
     mine, theirs = run_config(config_from_dict(config)).apps
     assert mine.mean <= mine.iso_latency
