@@ -37,7 +37,9 @@ Needs the shared measurements for the held-out models (as ``heldout.py``).
 
 from __future__ import annotations
 
+import csv
 import itertools
+import json
 import math
 import sys
 import tempfile
@@ -49,7 +51,7 @@ import numpy as np
 from scipy.optimize import linprog
 
 from bless.harness.config import config_from_dict, parse_quota
-from bless.harness.loads import Arrivals
+from bless.harness.loads import WORKLOAD_INTERVALS, Arrivals
 from bless.harness.run import run_config
 from bless.hw.gpus import GpuSpec, get_gpu
 from bless.hw.interference import InterferenceModel
@@ -80,17 +82,31 @@ class RequestCurve:
 
     @classmethod
     def of(cls, profile: Profile, quota: float, gpu: GpuSpec) -> RequestCurve:
+        """One request of ``profile``'s app with ``quota`` of the GPU's SMs."""
+        return cls.with_target(profile, profile.latency_at_quota(quota), gpu)
+
+    @classmethod
+    def with_target(cls, profile: Profile, iso: float, gpu: GpuSpec) -> RequestCurve:
+        """One request of ``profile``'s app whose ISO latency is ``iso`` (as a stored sweep reported it)."""
         solo = features.solo_curves(profile, gpu)
-        seconds = solo.sum(axis=1)
-        moved = float(features.dram_seconds(profile, solo[-1]).sum())
-        return cls(seconds, moved, profile.latency_at_quota(quota))
+        return cls(solo.sum(axis=1), float(features.dram_seconds(profile, solo[-1]).sum()), iso)
 
 
 def stretches(curves: Sequence[RequestCurve], sms: Sequence[int], model: InterferenceModel) -> list[float]:
     """Each request's slowdown side by side at ``sms[i]`` SMs: the simulated GPU's term with mean demands."""
-    demands = [c.dram_seconds / c.seconds[n] for c, n in zip(curves, sms)]
-    total = sum(demands)
-    return [model.stretch(u, total) for u in demands]
+    return [float(s) for s in group_rates(curves, np.array([sms]), model)[1][0]]
+
+
+def group_rates(
+    curves: Sequence[RequestCurve], splits: np.ndarray, model: InterferenceModel
+) -> tuple[np.ndarray, np.ndarray]:
+    """Requests per second of each of ``curves`` run side by side at the SM counts of each row
+    of ``splits`` (shape (P, len(curves))), and their stretches: the simulated GPU's
+    interference term with each request's mean DRAM demand at its SM count."""
+    seconds = np.stack([c.seconds[splits[:, j]] for j, c in enumerate(curves)], axis=1)
+    demands = np.array([c.dram_seconds for c in curves]) / seconds
+    stretch = model.stretch(demands, demands.sum(axis=1, keepdims=True))
+    return 1 / (seconds * stretch), stretch
 
 
 def allocations(k: int, units: int) -> np.ndarray:
@@ -102,16 +118,14 @@ def allocations(k: int, units: int) -> np.ndarray:
 def rate_points(curves: Sequence[RequestCurve], sm_count: int, model: InterferenceModel, unit: int = 1) -> np.ndarray:
     """Shape (P, len(curves)): requests per second of each in every way of running some of them
     side by side (each alone included), SMs given in multiples of ``unit``, idle ones allowed."""
-    points = []
+    blocks = []
     for k in range(1, len(curves) + 1):
+        splits = allocations(k, sm_count // unit) * unit
         for group in itertools.combinations(range(len(curves)), k):
-            for split in allocations(k, sm_count // unit) * unit:
-                rates = np.zeros(len(curves))
-                members = [curves[i] for i in group]
-                for i, c, n, s in zip(group, members, split, stretches(members, split, model)):
-                    rates[i] = 1 / (c.seconds[n] * s)
-                points.append(rates)
-    return np.array(points)
+            block = np.zeros((len(splits), len(curves)))
+            block[:, group] = group_rates([curves[i] for i in group], splits, model)[0]
+            blocks.append(block)
+    return np.concatenate(blocks)
 
 
 def all_meet(points: np.ndarray, deadlines: Sequence[float]) -> bool:
@@ -141,6 +155,46 @@ def least_ratio(
     while hi - lo > tol:
         mid = (lo + hi) / 2
         if all_meet(points, [mid * c.iso for c in curves]):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def time_needed(points: np.ndarray, need: Sequence[float]) -> float:
+    """The least share of the GPU's time in which some division of it among ``points`` (rows:
+    requests per second of each app in one way of sharing the GPU) serves app ``i`` at
+    ``need[i]`` requests per second; above 1, no division can.
+
+    Column generation: groups of eight have over a million ways, and a linear program over the
+    few with the best price under the current duals is exact once no other way prices better."""
+    need_arr = np.asarray(need, dtype=float)
+    cols = np.unique(np.argmax(points, axis=0))  # each app at its fastest
+    while True:
+        sub = points[cols]
+        res = linprog(np.ones(len(cols)), A_ub=-sub.T, b_ub=-need_arr, bounds=(0, None), method="highs")
+        if res.status != 0:  # some app can run nowhere among these ways
+            return math.inf
+        prices = -res.ineqlin.marginals  # seconds of GPU time per request of each app
+        reduced = 1.0 - points @ prices
+        better = np.flatnonzero(reduced < -1e-9)
+        if not len(better):
+            return float(res.fun)
+        cols = np.union1d(cols, better[np.argsort(reduced[better])[:64]])
+
+
+def closed_loop_ratio(points: np.ndarray, curves: Sequence[RequestCurve], thinks: Sequence[float]) -> float:
+    """The least ``lam`` at which closed loops thinking ``thinks[i]`` seconds between requests could
+    all have mean latency ``lam x`` their ISO latency or less.
+
+    A single client with mean latency ``L`` and mean think ``Z`` sends ``1 / (L + Z)`` requests per
+    second, so every app at or below ``lam x`` ISO needs that throughput of the GPU; this asks for the
+    least ``lam`` whose throughputs fit in its time (it ignores that a client thinking cannot be
+    served, so the true least is higher)."""
+    lo, hi = 0.0, 4.0
+    while hi - lo > 1e-4:
+        mid = (lo + hi) / 2
+        if time_needed(points, [1 / (mid * c.iso + z) for c, z in zip(curves, thinks)]) <= 1:
             hi = mid
         else:
             lo = mid
@@ -199,6 +253,63 @@ def row(
     return f"| {name} | {iso} | " + " | ".join(f"{x:.3f}" for x in cells + sims) + " |"
 
 
+CLOSED_LOOP_SWEEPS = ("fig13", "fig13_exp", "fig15_4apps", "fig15_8apps")
+"""The closed-loop experiments whose stored runs (``results/<name>/runs.csv``) the steady-state table reads."""
+RESULTS = Path(__file__).parent / "results"
+
+
+@dataclass(frozen=True)
+class ClosedLoopCell:
+    """One cell of a stored closed-loop sweep: its apps, their think times and each policy's worst app."""
+
+    sweep: str
+    load: str
+    apps: tuple[str, ...]
+    iso: tuple[float, ...]
+    """Each app's ISO target (s), as the sweep reported it."""
+    think: float
+    """Mean think time in multiples of each app's solo latency (workloads A/B/C: 1/3, 2/3, 1)."""
+    worst: dict[str, float]
+    """Per policy, the largest of its apps' mean latency over their ISO target."""
+
+
+def stored_cells(sweep: str) -> list[ClosedLoopCell]:
+    """The cells of ``results/<sweep>/runs.csv``, one per load and group of apps."""
+    cells: dict[tuple[str, tuple[str, ...]], ClosedLoopCell] = {}
+    with open(RESULTS / sweep / "runs.csv", newline="") as f:
+        for run in csv.DictReader(f):
+            count = sum(1 for key in run if key.endswith(".mean_ms") and run[key])
+            if not count:  # a policy that could not run these quotas (MIG with 8 apps)
+                continue
+            apps = tuple(run[f"app{i}.app"].split("#")[0] for i in range(count))
+            load = run["apps.*.load"]
+            think = json.loads(load)["interval"] if load.startswith("{") else WORKLOAD_INTERVALS[load]
+            iso = tuple(float(run[f"app{i}.iso_ms"]) / 1e3 for i in range(count))
+            cell = cells.setdefault((load, apps), ClosedLoopCell(sweep, load, apps, iso, think, {}))
+            cell.worst[run["policy"].split("(")[0]] = max(
+                float(run[f"app{i}.mean_ms"]) / 1e3 / t for i, t in enumerate(iso)
+            )
+    return list(cells.values())
+
+
+def closed_loop_row(cell: ClosedLoopCell, paths: dict[str, str], gpu: GpuSpec, model: InterferenceModel) -> str:
+    """One row of the steady-state table: the least ``lam`` with and without interference beside
+    the stored policies' worst apps."""
+    profiles = [load_profile(paths[app]) for app in cell.apps]
+    thinks = [cell.think * float(p.T[-1]) for p in profiles]
+    unit = 1 if len(cell.apps) == 2 else gpu.level_sms()[0]
+    curves = [RequestCurve.with_target(p, iso, gpu) for p, iso in zip(profiles, cell.iso)]
+    lams = [
+        closed_loop_ratio(rate_points(curves, gpu.sm_count, m, unit), curves, thinks)
+        for m in (model, InterferenceModel())
+    ]
+    load = cell.load if not cell.load.startswith("{") else f"{cell.think:.2g}x, exponential"
+    models = " + ".join(dict.fromkeys(cell.apps))
+    apps = f"{cell.apps[0]} pair" if len(set(cell.apps)) == 1 else f"{len(cell.apps)} apps: {models}"
+    sims = [cell.worst.get(policy, math.nan) for policy in ("bless", "iso", *POLICIES[1:])]
+    return f"| {cell.sweep} | {apps} | {load} | " + " | ".join(f"{x:.3f}" for x in lams + sims) + " |"
+
+
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).parent))
     import heldout  # the held-out models and pairs, built the same way
@@ -223,6 +334,18 @@ def main() -> int:
         print("|---" * (6 + len(POLICIES)) + "|")
         for name, apps in rows:
             print(row(name, apps, paths, gpu, model), flush=True)
+    print("\n## Closed loops in steady state: least lam with every app's mean at or below lam x ISO\n")
+    print("The experiments' closed loops (their stored `results/<name>/runs.csv`): the throughput every")
+    print("app needs for its mean to be at or below lam x ISO against the GPU's time, shared among the")
+    print("same ways of running as above with the same mean demands (an estimate, not a bound; it also")
+    print("lets a thinking client be served, so the true least is higher).  Beside it, each stored")
+    print("policy's worst app: its mean over its ISO target.  Above 1, no schedule keeps every app at ISO.\n")
+    print("| sweep | apps | load | best schedule | best, no interference | simulated: bless | iso | ", end="")
+    print(" | ".join(POLICIES[1:]) + " |")
+    print("|---" * (7 + len(POLICIES) - 1) + "|")
+    for sweep in CLOSED_LOOP_SWEEPS:
+        for cell in stored_cells(sweep):
+            print(closed_loop_row(cell, paths, gpu, model), flush=True)
     return 0
 
 

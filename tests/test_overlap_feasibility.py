@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bless.hw.gpus import get_gpu
@@ -76,3 +77,27 @@ def test_allocations_give_every_member_some_sms_and_never_more_than_the_gpu(flui
     assert len(ways) == 20  # C(6, 3)
     assert (ways >= 1).all() and (ways.sum(axis=1) <= 6).all()
     assert len({tuple(w) for w in ways}) == len(ways)
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}+{p[2]}")
+def test_closed_loops_without_interference_fit_at_iso_and_interference_and_shorter_thinks_only_hurt(fluid, pair):
+    cs = curves(fluid, pair[:2], pair[2:])
+    thinks = [c.seconds[GPU.sm_count] / 3 for c in cs]  # workload A
+    none = fluid.rate_points(cs, GPU.sm_count, model(0.0))
+    # The quota split alone serves each app at 1 / ISO, more than 1 / (ISO + think) needs.
+    assert fluid.closed_loop_ratio(none, cs, thinks) < 1.0
+    calibrated = fluid.closed_loop_ratio(fluid.rate_points(cs, GPU.sm_count, model(0.75)), cs, thinks)
+    assert fluid.closed_loop_ratio(none, cs, thinks) <= calibrated + 1e-3
+    harder = fluid.rate_points(cs, GPU.sm_count, model(1.5))
+    assert calibrated <= fluid.closed_loop_ratio(harder, cs, thinks) + 1e-3
+    assert calibrated <= fluid.closed_loop_ratio(harder, cs, [0.0, 0.0]) + 1e-3
+
+
+def test_column_generation_finds_the_linear_programs_optimum(fluid):
+    from scipy.optimize import linprog
+
+    cs = curves(fluid, ("bert", 0.3), ("vgg11", 0.2), ("resnet101", 0.5))
+    points = fluid.rate_points(cs, GPU.sm_count, model(0.75), GPU.sm_count // 18)
+    need = [1 / (c.iso * 1.1) for c in cs]
+    full = linprog(np.ones(len(points)), A_ub=-points.T, b_ub=-np.array(need), bounds=(0, None), method="highs")
+    assert fluid.time_needed(points, need) == pytest.approx(full.fun, rel=1e-6)

@@ -9,6 +9,9 @@ where neither has to import the other.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
+
+import numpy as np
 
 from bless.hw.costs import gpu_constants
 
@@ -23,7 +26,11 @@ class InterferenceModel:
     bandwidth: float = 0.0
     """Stretch per unit of the DRAM bandwidth (fraction of peak) the other running kernels demand."""
 
-    def stretch(self, own: float, total: float) -> float:
+    @overload
+    def stretch(self, own: float, total: float) -> float: ...
+    @overload
+    def stretch(self, own: np.ndarray, total: np.ndarray) -> np.ndarray: ...
+    def stretch(self, own, total):
         """How much a kernel slows when it demands ``own`` of the peak DRAM bandwidth and all
         the running kernels, itself included, demand ``total``: the saturation factor times the
         contention factor (their reasons in ``bless/sim/engine.py``).  1 for a kernel alone.
@@ -31,8 +38,10 @@ class InterferenceModel:
         The reference form: estimates over whole requests call it; the simulated GPU's event
         loop and the determiner's compiled kernel walk write it out in their hot loops.
         ``tests/test_interference.py`` holds the event loop to it, and
-        ``tests/test_determiner.py`` the walk's estimates to squads run on the simulated GPU."""
-        return (1.0 + min(own, 1.0) * max(total - 1.0, 0.0)) * (1.0 + self.bandwidth * (total - own))
+        ``tests/test_determiner.py`` the walk's estimates to squads run on the simulated GPU.
+        Arrays work elementwise (the fluid estimates of ``experiments/overlap_feasibility.py``
+        price millions of ways of sharing the GPU at once)."""
+        return (1.0 + np.minimum(own, 1.0) * np.maximum(total - 1.0, 0.0)) * (1.0 + self.bandwidth * (total - own))
 
     @classmethod
     def for_gpu(cls, gpu: str) -> InterferenceModel:
