@@ -351,7 +351,7 @@ def neighbour_stretch(apps: list[AppState], gpu: GpuSpec) -> dict[int, float]:
         moved = float(np.dot([k.dram_util for k in p.kernels], p.t[-1]))
         demand[a.index] = moved / a.iso_latency if a.iso_latency > 0 else 0.0
     total = sum(demand.values())
-    return {i: model.stretch(u, total) for i, u in demand.items()}
+    return {i: float(model.stretch(u, total)) for i, u in demand.items()}  # plain floats for the hot loops
 
 
 def semi_sp_plans(
