@@ -43,7 +43,7 @@ import json
 import math
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,10 +151,16 @@ def least_ratio(
 ) -> float:
     """The least ``lam`` at which every request can finish by ``lam x`` its ISO latency."""
     points = rate_points(curves, sm_count, model, unit)
+    return least_lam(lambda lam: all_meet(points, [lam * c.iso for c in curves]), tol)
+
+
+def least_lam(fits: Callable[[float], bool], tol: float = 1e-4) -> float:
+    """The least ``lam`` in [0, 4] at which ``fits`` holds, within ``tol`` (bisection: ``fits``
+    holds from some ``lam`` on)."""
     lo, hi = 0.0, 4.0
     while hi - lo > tol:
         mid = (lo + hi) / 2
-        if all_meet(points, [mid * c.iso for c in curves]):
+        if fits(mid):
             hi = mid
         else:
             lo = mid
@@ -191,14 +197,7 @@ def closed_loop_ratio(points: np.ndarray, curves: Sequence[RequestCurve], thinks
     second, so every app at or below ``lam x`` ISO needs that throughput of the GPU; this asks for the
     least ``lam`` whose throughputs fit in its time (it ignores that a client thinking cannot be
     served, so the true least is higher)."""
-    lo, hi = 0.0, 4.0
-    while hi - lo > 1e-4:
-        mid = (lo + hi) / 2
-        if time_needed(points, [1 / (mid * c.iso + z) for c, z in zip(curves, thinks)]) <= 1:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return least_lam(lambda lam: time_needed(points, [1 / (lam * c.iso + z) for c, z in zip(curves, thinks)]) <= 1)
 
 
 def one_after_other(curves: Sequence[RequestCurve], sm_count: int) -> float:
