@@ -84,8 +84,12 @@ class FakeDevice:
     mps_running: bool = False
     context_cost: int = 64 << 20
     green_min: int = 8
+    green_groupable: int = 120
+    """SMs a split puts in whole groups (a GH100 with 132 SMs: 15 groups of 8, 12 left over)."""
     merges_groups: bool = True
     """False: like a 12.4 driver, one SM resource per descriptor."""
+    merges_remainder: bool = True
+    """False: a split's remainder cannot join a descriptor with other resources."""
     kernel_time: Callable[[str, int], float] = lambda name, sms: 100e-6 * 132 / sms
     runs: list[KernelRun] = field(default_factory=list)
 
@@ -132,6 +136,7 @@ class FakeDriver:
         self.greens: dict[int, Ctx] = {}
         self.descs: dict[int, frozenset[int]] = {}
         self.resources: dict[int, frozenset[int]] = {}  # id(CUdevResource) -> SM ids
+        self.remainders: set[int] = set()  # ids of split remainders
         self.used = 0
         self.loaded_per_ctx: dict[int, set[int]] = defaultdict(set)
 
@@ -266,20 +271,25 @@ class FakeDriver:
         sms = sorted(self.resources[id(whole)])
         min_count = -(-min_count // self.dev.green_min) * self.dev.green_min  # the driver aligns the count
         groups = []
-        for g in range(min(n, len(sms) // min_count)):
+        for g in range(min(n, min(len(sms), self.dev.green_groupable) // min_count)):
             r = real.CUdevResource()
             r.type = real.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
             r.sm.smCount = min_count
             self.resources[id(r)] = frozenset(sms[g * min_count : (g + 1) * min_count])
             groups.append(r)
         rest = real.CUdevResource()
+        rest.type = real.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
         rest.sm.smCount = len(sms) - len(groups) * min_count
+        self.resources[id(rest)] = frozenset(sms[len(groups) * min_count :])
+        self.remainders.add(id(rest))
         padded = groups + [real.CUdevResource() for _ in range(n - len(groups))]
         return OK, padded, len(groups), rest
 
     def cuDevResourceGenerateDesc(self, resources, n):
         self._call("cuDevResourceGenerateDesc", (resources, n))
         if n > 1 and not self.dev.merges_groups:
+            return E.CUDA_ERROR_INVALID_VALUE, None
+        if n > 1 and not self.dev.merges_remainder and any(id(r) in self.remainders for r in resources[:n]):
             return E.CUDA_ERROR_INVALID_VALUE, None
         sm_ids = frozenset().union(*(self.resources[id(r)] for r in resources[:n]))
         d = next(self._ids)

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("cuda.bindings.driver", reason="cuda-python is not installed (pip install '.[cuda]')")
 from cuda_fake import FakeDevice, FakeDriver, timing_from, write_app
 
+from bless.hw.gpus import H100
 from bless.backend.interface import BackendError
 from bless.build.profiler import profile_app
 from bless.cuda.backend import CudaBackend
@@ -68,13 +69,28 @@ def test_green_contexts_round_to_groups_and_split_disjointly(fake, apps):
     assert b.mechanism == "green"
     ha, hb = b.deploy(apps[0]), b.deploy(apps[1])
     ca, cb = b.create_context(ha, 64), b.create_context(hb, 66)
-    assert b.granted_sms(ca) == 64 and b.granted_sms(cb) == 64  # 66 rounds to 8 groups
+    # 15 groups of 8 and the 12-SM remainder: the low end rounds 64 to 8 groups, the high end
+    # 66 to the remainder and 7 groups (68 SMs, 2 away; 60 is 6 away).
+    assert b.pool.sizes == [8] * 15 + [12]
+    assert b.granted_sms(ca) == 64 and b.granted_sms(cb) == 68
     ids_a = fake.contexts[int(ca.context.handle)].sm_ids
     ids_b = fake.contexts[int(cb.context.handle)].sm_ids
-    assert not ids_a & ids_b  # the two apps of a split share no SM
+    assert not ids_a & ids_b and len(ids_a | ids_b) == 132  # the two apps of a split share no SM
     assert b.granted_sms(b.create_context(ha, None)) == 132
     assert b.create_context(hb, 132).context is b.pool.primary
     assert b.create_context(ha, 64).context is ca.context  # pooled, not re-created
+    b.close()
+
+
+def test_green_contexts_without_the_remainder_hold_the_grouped_sms(apps):
+    """Where the remainder cannot merge, a split is disjoint only while it fits the 120 grouped SMs."""
+    fake = FakeDriver(FakeDevice(merges_remainder=False))
+    b = CudaBackend("h100", driver_module=fake)
+    ha, hb = b.deploy(apps[0]), b.deploy(apps[1])
+    assert b.pool.sizes == [8] * 15 and not b.pool.remainder_merged
+    assert b.granted_sms(b.create_context(ha, H100.sms_for_level(17, "green"))) == 120
+    ca, cb = b.create_context(ha, 56), b.create_context(hb, 64)
+    assert not fake.contexts[int(ca.context.handle)].sm_ids & fake.contexts[int(cb.context.handle)].sm_ids
     b.close()
 
 

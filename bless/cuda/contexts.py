@@ -14,7 +14,11 @@ None (or the whole GPU) is the primary context.
   minimum (8 SMs on Hopper, 2 on Ampere); a level is the union of the
   groups nearest its SM count, taken from the low end of the group list for
   even app slots and from the high end for odd ones, so the two apps of a
-  split get disjoint SMs whenever their counts fit the GPU.  With three or
+  split get disjoint SMs whenever their counts fit the GPU.  The split's
+  remainder (SMs left over by its symmetrical groups) is the last group where
+  the driver merges it with others; where it does not, restricted contexts
+  hold at most the grouped SMs (``GpuSpec.green_groupable_sms``) and two apps
+  whose counts add up to more share a group.  With three or
   more apps restricted at once, green contexts (like MPS) bound each app's
   SM count but two apps may share SMs.
 * **MPS** (needs the MPS control daemon, see :mod:`bless.cuda.mps`).  One
@@ -164,15 +168,32 @@ class GreenContextPool(ContextPool):
         sm_type = cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
         whole = drv.call("cuDeviceGetDevResource", device.handle, sm_type)
         most = int(whole.sm.smCount) // min_sms
-        groups, count, _remainder = drv.call("cuDevSmResourceSplitByCount", most, whole, 0, min_sms)
+        groups, count, remainder = drv.call("cuDevSmResourceSplitByCount", most, whole, 0, min_sms)
         self.groups = list(groups)[: int(count)]
         if not self.groups:
             raise BackendError(
                 f"cuDevSmResourceSplitByCount made no group of {min_sms} SMs on {device.info.name}; use mechanism mps"
             )
+        self.remainder_merged = int(remainder.sm.smCount) > 0 and self._merges(self.groups[-1], remainder)
+        """Whether the split's remainder is the last group (a GH100's 12 SMs beside 15 groups of 8)."""
+        if self.remainder_merged:
+            self.groups.append(remainder)
         self.sizes = [int(g.sm.smCount) for g in self.groups]
         self._sm_type = sm_type
         self._whole = whole
+
+    def _merges(self, group: Any, remainder: Any) -> bool:
+        """Whether the driver makes one descriptor of a group and the split's remainder.
+
+        The split makes symmetrical groups only, so SMs are left over where the
+        GPCs differ; where the remainder merges, the high end of the group list
+        starts with it and the two apps of a split can hold every SM between them.
+        """
+        try:
+            self.driver.call("cuDevResourceGenerateDesc", [group, remainder], 2)
+        except CudaError:
+            return False
+        return True
 
     def _key(self, sm_limit: int, slot: int, shared: str | None) -> tuple[int, ...]:
         # Equal SM groups are the same SMs, so apps on them may as well share the context;

@@ -11,8 +11,9 @@ context:
   compute capability 8.x and 8 SMs on 9.x (CUDA driver API documentation).
 
 Rounding rule (documented in the README): ``round_half_up(k * sms / 18)`` to the
-nearest multiple of the granularity, at least one granule, and level 18 is always
-the whole GPU.  On the A100 (108 SMs) every level is an exact multiple of 6 SMs,
+nearest multiple of the granularity, at least one granule, for green contexts at
+most the SMs the driver's split groups (``GpuSpec.green_groupable_sms``), and level
+18 is always the whole GPU.  On the A100 (108 SMs) every level is an exact multiple of 6 SMs,
 so no rounding happens under either mechanism with granularity <= 6.
 """
 
@@ -61,6 +62,11 @@ class GpuSpec:
     compute_capability: tuple[int, int]
     granularity: dict[str, int] = field(default_factory=dict)
     """SM granularity per restriction mechanism (``mps``, ``green``)."""
+    green_groupable_sms: int = 0
+    """SMs that ``cuDevSmResourceSplitByCount`` puts in whole groups of the green granule
+    (0: all of them).  The driver splits into symmetrical groups and may make fewer than
+    ``sm_count / granule`` (CUDA driver API, green contexts); the rest is a remainder no
+    restricted context is made of, so a restricted green context has at most this many SMs."""
     tf32_flops: float = 0.0
     """Peak dense TF32 tensor-core throughput in FLOP/s (0: no TF32 tensor cores)."""
     max_threads_per_sm: int = 2048
@@ -124,7 +130,11 @@ class GpuSpec:
                 f"unknown SM restriction mechanism {mechanism!r} for {self.name}; use one of: {known}"
             ) from None
         granted = granule * math.floor(sms / granule + 0.5)
-        return int(min(self.sm_count, max(granule, granted)))
+        if granted >= self.sm_count:
+            return self.sm_count
+        if mechanism == "green" and self.green_groupable_sms:
+            granted = min(granted, self.green_groupable_sms)
+        return int(max(granule, granted))
 
 
 A100 = GpuSpec(
@@ -167,6 +177,7 @@ H100 = GpuSpec(
     tf32_flops=494.7e12,
     compute_capability=(9, 0),
     granularity={"mps": 2, "green": 8},
+    green_groupable_sms=120,
     shared_mem_per_sm=228 * 1024,
     l2_bytes=50 * MIB,
     clock_hz=1.98e9,
@@ -174,7 +185,10 @@ H100 = GpuSpec(
     mig_memory_slices=8,
 )
 """H100 SXM5 80 GB: NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), Table 1 (SXM5):
-FP32 66.9, TF32 tensor 494.7, FP16 tensor 989.4 TFLOP/s dense (half the sparse figures); HBM3 3.35 TB/s."""
+FP32 66.9, TF32 tensor 494.7, FP16 tensor 989.4 TFLOP/s dense (half the sparse figures); HBM3 3.35 TB/s.
+Green contexts: a split into 8-SM groups made 15 groups (120 SMs) and a 12-SM remainder on a
+132-SM GH100 (an H200, driver 580.159.04; tools/gpu_check_results/2026-11-26-h200/gpu_check.json),
+so levels 16 and 17 are both 120 SMs there."""
 
 GPUS: dict[str, GpuSpec] = {g.name: g for g in (A100, H100)}
 
