@@ -15,10 +15,10 @@ import pytest
 pytest.importorskip("cuda.bindings.driver", reason="cuda-python is not installed (pip install '.[cuda]')")
 from cuda_fake import FakeDevice, FakeDriver, timing_from, write_app
 
-from bless.hw.gpus import H100
 from bless.backend.interface import BackendError
 from bless.build.profiler import profile_app
 from bless.cuda.backend import CudaBackend
+from bless.hw.gpus import H100
 from bless.profiles.synthetic import synthetic_profile
 
 
