@@ -276,3 +276,28 @@ def test_bless_profile_builds_and_predicts_a_users_model(tmp_path, monkeypatch):
         }
     )
     assert run_config(cfg).apps[0].completed > 0
+
+
+def test_tiny_blocks_cost_their_rounds_of_block_latency():
+    """Millions of blocks with almost no work: time grows with the rounds of resident blocks, not with bytes."""
+    params = analytic.FITTED["h100"]
+    pool = kernel(3_242_624, threads=256, flops=1e6, dram=40e6, name="fused_avg_pool2d_add_kernel")
+    rounds = -(-3_242_624 // (8 * H100.sm_count))  # 8 blocks of 256 threads per SM
+    full = analytic.duration(pool, H100, H100.sm_count, params)
+    assert full == pytest.approx(params.launch_us * 1e-6 + rounds * params.wave_us * 1e-6)
+    assert analytic.duration(pool, H100, 66, params) == pytest.approx(
+        params.launch_us * 1e-6 + 2 * rounds * params.wave_us * 1e-6, rel=1e-3
+    )
+    assert analytic.duration(pool, H100, H100.sm_count, replace(params, wave_us=0.0)) < full / 50
+
+
+def test_compiled_matmuls_run_at_their_own_efficiency():
+    params = analytic.FITTED["h100"]
+    library = kernel(4096, flops=50e9)
+    compiled = replace(library, compiled=True)
+    ratio = analytic.duration(compiled, H100, 132, params) / analytic.duration(library, H100, 132, params)
+    assert ratio == pytest.approx(params.compute_efficiency["matmul"] / params.compiled_matmul_efficiency, rel=0.01)
+    elementwise = kernel(4096, flops=1e6, dram=400e6, name="fused_add_relu_kernel")
+    assert analytic.duration(replace(elementwise, compiled=True), H100, 132, params) == analytic.duration(
+        elementwise, H100, 132, params
+    )

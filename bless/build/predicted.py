@@ -81,6 +81,7 @@ def launch_work(launch: KernelLaunch, plan: Plan, precision: str = "fp32") -> an
         registers=launch.registers,
         shared_mem=launch.shared_mem_static + launch.shared_mem_dynamic,
         precision=precision,
+        compiled=launch.image is not None,
     )
 
 
@@ -144,7 +145,7 @@ def predict_profile(
             method="predicted",
             gpu=spec.name,
             source=f"analytic model (bless.profiles.predict.analytic) on the build plan {portable_path(plan.path)} ({plan.arch})",
-            model="roofline + occupancy/wave quantisation + DRAM saturation + launch floor, "
+            model="roofline + occupancy/wave quantisation + DRAM saturation + block latency + launch floor, "
             f"constants fitted for {spec.name} ({params.provenance.get('data', 'see bless/profiles/predict/analytic.py')})",
             tool="bless.build.predicted.predict_profile",
             details={

@@ -21,10 +21,20 @@ have).  For a kernel of ``B`` blocks doing ``flops`` and moving ``dram_bytes``::
   whole DRAM bandwidth, and a memory-bound kernel stops gaining at ``knee`` of
   the GPU (the A100 data: at about half the SMs).
 * **launch**: launch, ramp-up and tail, which no SM count shortens.
+* **Block latency**: a round of resident blocks takes at least ``wave_us`` on an
+  SM however little each block does (issue, a chain of dependent loads,
+  retirement), so a kernel of millions of tiny blocks costs
+  ``ceil(B / (k*n)) * wave_us``: NASNet's TVM pooling kernels (3.2 M blocks)
+  run for 3.6 ms on a GH100 where their bytes and FLOPs say 20 us.
+* **Compiled kernels**: a kernel TVM's default schedules compiled here
+  (``KernelWork.compiled``) reaches ``compiled_matmul_efficiency`` of the FP32
+  peak on matmul-class work, far below what cuBLAS and cuDNN reach.
 
 The efficiency constants are fitted by ``tools/validate_analytic.py --fit`` on
 single-op measurements with known shapes (NeuSight, A100 and H100) and on the
-A100 MPS per-kernel measurements; :data:`FITTED` records the data and the fit
+A100 MPS per-kernel measurements, and the H100's ``wave_us`` and
+``compiled_matmul_efficiency`` by ``tools/validate_compiled.py --fit`` on TVM
+kernels measured on a GH100; :data:`FITTED` records the data and the fit
 error.  Everything here is a pure function of its arguments.
 """
 
@@ -79,6 +89,8 @@ class KernelWork:
     """One of :data:`OP_CLASSES`; empty: from the name (:func:`op_class`)."""
     precision: str = "fp32"
     """One of :data:`PRECISIONS`: which units do a matmul-class kernel's arithmetic."""
+    compiled: bool = False
+    """Compiled by TVM's default schedules (a build plan's PTX) rather than a vendor library's kernel."""
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -124,6 +136,11 @@ class AnalyticParams:
     an SM's throughput), 0 charges only the busiest SM's ``ceil(B/n)`` blocks (blocks that do)."""
     tensor_efficiency: float = 0.0
     """Fraction of the TF32 tensor-core peak matmul-class kernels reach at ``precision`` tf32."""
+    wave_us: float = 0.0
+    """Least time one round of resident blocks takes on an SM (0: no floor)."""
+    compiled_matmul_efficiency: float = 0.0
+    """Fraction of the FP32 peak a compiled (TVM default-schedule) matmul-class kernel reaches
+    (0: as a library kernel, ``compute_efficiency['matmul']``)."""
     provenance: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -150,10 +167,15 @@ FITTED: dict[str, AnalyticParams] = {
         launch_us=6.00,
         quantisation=0.00,
         tensor_efficiency=0.293,
+        wave_us=0.948,
+        compiled_matmul_efficiency=0.234,
         provenance={
             "data": "NeuSight H100 bmm/linear >= 50 us, even rows: mean |log err| 0.192; launch_us, "
             "mem_knee, warps_to_saturate, quantisation, tensor_efficiency and the non-matmul "
-            "classes from the A100"
+            "classes from the A100; wave_us and compiled_matmul_efficiency: 1712 kernels of six TVM "
+            "plans measured at 18 levels on a GH100 (tools/validate_compiled.py --fit, "
+            "tools/gpu_check_results/2026-11-26-h200): time-weighted mean |log err| 0.141 "
+            "(3.262 without them); leave-one-app-out T error 2.9-7.5 % (CNNs, NASNet), 15-19 % (BERTs)"
         },
     ),
 }
@@ -233,6 +255,8 @@ def peak_flops(work: KernelWork, gpu: GpuSpec, params: AnalyticParams) -> float:
         if gpu.tf32_flops <= 0 or params.tensor_efficiency <= 0:
             raise ValueError(f"no TF32 tensor-core peak or efficiency for {gpu.name}; use precision fp32")
         return gpu.tf32_flops * params.tensor_efficiency
+    if work.compiled and kind == "matmul" and params.compiled_matmul_efficiency > 0:
+        return gpu.fp32_flops * params.compiled_matmul_efficiency
     return gpu.fp32_flops * params.compute_efficiency[kind]
 
 
@@ -250,8 +274,20 @@ def duration(work: KernelWork, gpu: GpuSpec, n: int, params: AnalyticParams | No
     if not 1 <= n <= gpu.sm_count:
         raise ValueError(f"SM count must be in 1..{gpu.sm_count} for {gpu.name}, got {n}")
     params = params or params_for(gpu)
-    body = max(compute_seconds(work, gpu, n, params), memory_seconds(work, gpu, n, params))
+    body = max(
+        compute_seconds(work, gpu, n, params),
+        memory_seconds(work, gpu, n, params),
+        latency_seconds(work, gpu, n, params),
+    )
     return params.launch_us * 1e-6 + body
+
+
+def latency_seconds(work: KernelWork, gpu: GpuSpec, n: int, params: AnalyticParams) -> float:
+    """The blocks' latency floor: full rounds of resident blocks times ``wave_us``."""
+    if params.wave_us <= 0:
+        return 0.0
+    k = blocks_per_sm(gpu, work.threads_per_block, work.registers, work.shared_mem)
+    return math.ceil(work.blocks / (k * n)) * params.wave_us * 1e-6
 
 
 def curve(work: KernelWork, gpu: GpuSpec, sms, params: AnalyticParams | None = None) -> np.ndarray:
