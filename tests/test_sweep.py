@@ -1,12 +1,14 @@
 """Sweeps: grid and zip expansion, dotted keys, one CSV row per run, deterministic results."""
 
 import csv
+import json
 
 import pytest
 import yaml
 
 from bless.harness.config import ConfigError
 from bless.harness.sweep import (
+    PARTIAL,
     WALL_COLUMNS,
     SweepResult,
     label,
@@ -84,6 +86,26 @@ def test_rows_per_run_errors_and_determinism(tmp_path):
     assert strip(one.rows) == strip(two.rows)  # same results whatever the number of workers
     assert len(two.summary) == 3 and two.summary[0]["runs"] == 2  # seeds averaged
     assert (tmp_path / "two" / "apps.csv").exists() and (tmp_path / "two" / "summary.csv").exists()
+
+
+def test_a_sweep_stopped_early_keeps_the_runs_it_finished(tmp_path):
+    sweep = parse_sweep({"name": "t", "base": BASE, "grid": {"policy": ["bless", "gslice", "unbound"]}})
+
+    class Stopped(Exception):
+        pass
+
+    def stop_after_two(done: int, total: int) -> None:
+        if done == 2:
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        run_sweep(sweep, tmp_path / "cut", jobs=1, progress=stop_after_two, plot=False)
+    kept = [json.loads(line) for line in (tmp_path / "cut" / PARTIAL).read_text().splitlines()]
+    assert [k["row"]["policy"] for k in kept] == ["bless", "gslice"]
+    assert all(k["row"]["mean_latency_ms"] > 0 and len(k["apps"]) == 2 for k in kept)
+    assert not (tmp_path / "cut" / "runs.csv").exists()
+    run_sweep(sweep, tmp_path / "whole", jobs=1, plot=False)
+    assert not (tmp_path / "whole" / PARTIAL).exists()  # the tables hold every run now
 
 
 def test_a_run_that_fails_otherwise_is_a_failure():

@@ -117,7 +117,7 @@ class RunResult:
             squad_durations=np.concatenate([p.squad_durations for p in parts]),
             squad_estimates=np.concatenate([p.squad_estimates for p in parts]),
             squad_restricted=np.concatenate([p.squad_restricted for p in parts]),
-            utilisation=float(np.nanmean([p.utilisation for p in parts])),
+            utilisation=_mean_known([p.utilisation for p in parts]),
             kernels=kernels,
             wall_seconds=sum(p.wall_seconds for p in parts),
             device_seconds=max(p.device_seconds for p in parts),
@@ -146,3 +146,9 @@ class RunResult:
             "wall_s": self.wall_seconds,
             "kernels_per_wall_s": self.kernels / self.wall_seconds if self.wall_seconds > 0 else math.nan,
         }
+
+
+def _mean_known(values: list[float]) -> float:
+    """Mean of the values that are not NaN (a backend that cannot measure utilisation reports NaN); NaN if none is."""
+    known = [v for v in values if not math.isnan(v)]
+    return float(np.mean(known)) if known else math.nan

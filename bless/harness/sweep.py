@@ -21,6 +21,10 @@ number of worker processes (only the wall-time columns vary).  Results:
 columns), ``apps.csv`` (one row per app per run), ``summary.csv`` (means over
 seeds when ``seed`` is swept) and ``sweep.png``.  A run that fails (e.g. a
 quota MIG cannot express) gets a row with its ``error`` and no metrics.
+While a sweep runs, each finished run is appended to ``runs.partial.jsonl``
+(its row and its app rows, one JSON object per line), so a sweep stopped
+early (a time limit, a GPU taken back) keeps every run it finished; the file
+is removed once the tables are written.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ import yaml
 from bless.documents import load_document
 from bless.harness.config import ConfigError
 from bless.policies.mig import MigUnsupported
+
+PARTIAL = "runs.partial.jsonl"
+"""Finished runs of a sweep still running (or stopped before its tables were written)."""
 
 WALL_COLUMNS = ("wall_s", "kernels_per_wall_s")
 """Columns that measure the host, not the simulated GPU (they vary between machines)."""
@@ -254,10 +261,18 @@ def run_sweep(
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
     t0 = time.perf_counter()
     done: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    partial = None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        partial = out / PARTIAL
+        partial.write_text("")
 
     def record(result: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
         index, row, app_rows = result
         done[index] = (row, app_rows)
+        if partial is not None:
+            with partial.open("a") as f:
+                f.write(json.dumps({"run": index, "row": row, "apps": app_rows}, default=str) + "\n")
         if progress:
             progress(len(done), len(work))
 
@@ -277,6 +292,8 @@ def run_sweep(
     result = SweepResult(rows, app_rows, summarise(rows, sweep.keys), wall_seconds=time.perf_counter() - t0)
     if out is not None:
         result.paths = write_results(result, out, sweep, plot)
+        if partial is not None:
+            partial.unlink(missing_ok=True)
     return result
 
 
