@@ -11,12 +11,12 @@ import pytest
 from bless.backend.interface import BACKENDS, BackendError
 from bless.build.plan import Arg, Buffer, PlanError, find_plan, load_plan
 from bless.cuda import mps
-from bless.cuda.contexts import choose_mechanism, select_groups
+from bless.cuda.contexts import choose_mechanism
 from bless.cuda.driver import CudaError, Driver, error_name, explain
 from bless.cuda.kernels import initial_contents, pack_args
 from bless.cuda.memory import BUFFER_ALIGN, layout
 from bless.cuda.timeline import estimate_start
-from bless.hw.gpus import H100
+from bless.hw.gpus import H100, select_groups
 from bless.profiles.synthetic import synthetic_profile
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from bless.backend.interface import HostCosts
 from bless.build.profiler import profile_app
+from bless.hw.gpus import H100
 from bless.profiles.format import Profile
 from bless.profiles.synthetic import synthetic_profile
 from bless.sim.backend import SimBackend
@@ -251,3 +252,16 @@ def test_apps_of_a_shared_partition_hold_its_sms_together():
     be.synchronize()
     assert late.start == pytest.approx(arrival)
     assert late.duration == pytest.approx(100e-6)
+
+
+def test_green_sets_follow_the_gpus_split_groups():
+    """On the H100 the simulator holds the SMs the GPU's green contexts hold (15 groups of 8 and a
+    12-SM remainder): two apps asking half the GPU get 64 low and 68 high SMs, none shared."""
+    from bless.profiles.synthetic import synthetic_profile
+
+    be = SimBackend("h100", host=NO_HOST, mechanism="green")
+    a, b = (be.deploy(synthetic_profile(n, gpu="h100", n_kernels=4, seed=i)) for i, n in enumerate("ab"))
+    ca, cb = be.create_context(a, 64), be.create_context(b, 64)
+    assert (be.granted_sms(ca), be.granted_sms(cb)) == (64, 68)
+    assert ca.sm_set & cb.sm_set == 0 and (ca.sm_set | cb.sm_set).bit_count() == 132
+    assert be.granted_sms(be.create_context(a, H100.sms_for_level(17, "green"))) == 120

@@ -20,7 +20,7 @@ from typing import Any
 
 from bless.backend.interface import AppHandle, Backend, BackendError, HostCosts, KernelTransform
 from bless.backend.trace_events import Placement
-from bless.hw.gpus import GpuSpec, get_gpu
+from bless.hw.gpus import GpuSpec, get_gpu, select_groups
 from bless.hw.interference import InterferenceModel
 from bless.profiles.format import Profile
 from bless.sim.engine import Context, Engine, KernelRun, Stream
@@ -159,12 +159,18 @@ class SimBackend(Backend):
         return ctx
 
     def _green_set(self, slot: int, sms: int) -> int:
-        """The SMs of a green context: the lowest ``sms`` for even deployment slots, the highest for odd.
+        """The SMs of a green context: the union of split groups nearest ``sms``, taken from the
+        low end for even deployment slots and from the high end for odd ones.
 
         The CUDA backend takes its SM groups the same way (:mod:`bless.cuda.contexts`), so
-        the two apps of a split get disjoint SMs whenever their counts fit the GPU."""
-        low = (1 << sms) - 1
-        return low if slot % 2 == 0 else low << (self.gpu.sm_count - sms)
+        the two apps of a split get disjoint SMs whenever their counts fit the GPU, and a
+        GH100's odd slot gets the 12-SM remainder with its groups (64 SMs asked, 68 held)."""
+        sizes = self.gpu.green_group_sizes()
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        mask = 0
+        for i in select_groups(sizes, sms, from_high=slot % 2 == 1):
+            mask |= ((1 << sizes[i]) - 1) << starts[i]
+        return mask
 
     def granted_sms(self, context: Context) -> int:
         return self.gpu.sm_count if context.sm_limit is None else context.sm_limit
