@@ -8,7 +8,7 @@
 #
 # BLESS_CACHE holds the build plans (`bless apps build APP --gpu h100`, made on any machine
 # with TVM and nvcc).  PROFILES, a folder of profiles measured before, skips the profiling.
-# OUT receives env.txt, the logs, gpu_check/, profiles/h100/ and pairs/.
+# OUT receives env.txt, the logs, gpu_check/, profiles/h100/, pairs/ and gpu_vs_sim.md.
 set -u
 out=${1:?usage: BLESS_CACHE=DIR [PROFILES=DIR] tools/gpu_session.sh OUT}
 mkdir -p "$out"
@@ -33,4 +33,6 @@ timeout 150 "$py" tools/gpu_check.py --out "$out/gpu_check" --run-seconds 6 --pr
 
 # The grid of tools/gpu_pairs.yaml with the measured profiles, on the GPU and on the simulator.
 sed "s#PROFILES#$m#g" tools/gpu_pairs.yaml >"$out/pairs.yaml"
-timeout "${PAIRS_TIMEOUT:-300}" "$py" -m bless.cli sweep "$out/pairs.yaml" --out "$out/pairs" --jobs 1 --no-plot 2>&1 | tee "$out/pairs.log"
+# 54 runs on the GPU took over 290 s on an H200; a sweep stopped early keeps its runs in runs.partial.jsonl.
+timeout "${PAIRS_TIMEOUT:-420}" "$py" -m bless.cli sweep "$out/pairs.yaml" --out "$out/pairs" --jobs 1 --no-plot 2>&1 | tee "$out/pairs.log"
+"$py" tools/gpu_vs_sim.py "$out/pairs" 2>&1 | tee "$out/gpu_vs_sim.md"
