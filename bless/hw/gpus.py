@@ -65,8 +65,10 @@ class GpuSpec:
     green_groupable_sms: int = 0
     """SMs that ``cuDevSmResourceSplitByCount`` puts in whole groups of the green granule
     (0: all of them).  The driver splits into symmetrical groups and may make fewer than
-    ``sm_count / granule`` (CUDA driver API, green contexts); the rest is a remainder no
-    restricted context is made of, so a restricted green context has at most this many SMs."""
+    ``sm_count / granule`` (CUDA driver API, green contexts).  The level table, whose unions
+    are taken from the low end, holds at most this many SMs per restricted level; the rest
+    is the split's remainder, which joins the unions taken from the high end
+    (:meth:`green_group_sizes`)."""
     tf32_flops: float = 0.0
     """Peak dense TF32 tensor-core throughput in FLOP/s (0: no TF32 tensor cores)."""
     max_threads_per_sm: int = 2048
