@@ -317,3 +317,29 @@ def test_estimates_match_squads_run_on_the_simulator():
         assert errs, kind
         assert np.mean(errs) <= 0.02, (kind, np.mean(errs))
         assert max(errs) <= 0.05, (kind, max(errs))
+
+
+def test_each_app_is_priced_at_the_sms_its_own_contexts_were_granted():
+    """H100 green contexts: the split's remainder joins the second app's groups, so at level 9
+    the first app holds 64 SMs and the second 68; the determiner prices each at its own, and a
+    strict split's estimate matches the simulated squad."""
+    ea = _experiment()
+    backend = SimBackend(H100, mechanism="green")
+    manager = KernelManager(backend)
+    limits = [None, *dict.fromkeys(H100.sms_for_level(n, "green") for n in range(1, 18))]
+    states = [AppState(i, f"{name}#{i}", load_app(name, "h100"), 0.5) for i, name in enumerate(("vgg11", "vgg11"))]
+    for s in states:
+        manager.deploy(s, limits)
+    det = Determiner(H100, switch_cost=backend.host.context_switch, mechanism="green")
+    assert det.app_level_sms(states[0])[8] == 64 and det.app_level_sms(states[1])[8] == 68
+    assert det.app_level_sms(AppState(2, "undeployed", states[0].profile, 0.5))[8] == 64  # the table
+    squad = Squad(
+        tuple(SquadEntry(Request(i, s, 0.0), 0, s.profile.n_kernels) for i, s in enumerate(states)),
+        tuple(j for j, s in enumerate(states) for _ in range(s.profile.n_kernels)),
+    )
+    free = det.estimate_split_free(squad, (9, 9))
+    assert free == pytest.approx(states[0].profile.t_at_sms(64).sum())  # the slower, on 64 SMs
+    measured = ea.measure(manager, ea.decisions(squad, ("split", (9, 9)), H100, "green"))
+    assert det.estimate_split(squad, (9, 9)) == pytest.approx(measured, rel=0.01)
+    manager.undeploy(states[1])
+    assert states[1].granted_sms == {} and det.app_level_sms(states[1])[8] == 64

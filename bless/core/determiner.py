@@ -86,6 +86,7 @@ import numba
 import numpy as np
 
 from bless.backend.interface import HostCosts
+from bless.core.lifecycle import AppState
 from bless.core.scheduler import Squad
 from bless.hw.gpus import N_LEVELS, GpuSpec
 from bless.hw.interference import InterferenceModel
@@ -198,14 +199,26 @@ class AppTables:
         self.prefix = np.zeros((N_LEVELS, n + 1))
         self.prefix[:, 1:] = np.cumsum(dense[list(gpu.level_sms(mechanism))], axis=1)
         """Per level: sums of the first k kernels' durations at that level's SMs under the mechanism."""
+        self._prefixes: dict[tuple[int, ...], np.ndarray] = {tuple(gpu.level_sms(mechanism)): self.prefix}
         self.profile = profile
         """Kept so that ``id(profile)`` names these tables only while they live."""
         self.base = 0
         """Offset of kernel 0 in the determiner's concatenated tables."""
 
-    def level_sums(self, start: int, count: int) -> np.ndarray:
-        """Duration of kernels [start, start+count) alone at each of the 18 levels (at their real SMs)."""
-        return self.prefix[:, start + count] - self.prefix[:, start]
+    def level_sums(self, start: int, count: int, level_sms: tuple[int, ...] | None = None) -> np.ndarray:
+        """Duration of kernels [start, start+count) alone at each of the 18 levels (at their real SMs:
+        the mechanism's table, or ``level_sms``, what an app's own contexts were granted)."""
+        prefix = self.prefix if level_sms is None else self.level_prefix(level_sms)
+        return prefix[:, start + count] - prefix[:, start]
+
+    def level_prefix(self, level_sms: tuple[int, ...]) -> np.ndarray:
+        """:attr:`prefix` at the SM counts ``level_sms`` (built on first use, then kept)."""
+        prefix = self._prefixes.get(level_sms)
+        if prefix is None:
+            prefix = np.zeros_like(self.prefix)
+            prefix[:, 1:] = np.cumsum(self.dense.T[list(level_sms)], axis=1)
+            self._prefixes[level_sms] = prefix
+        return prefix
 
 
 class Determiner:
@@ -255,6 +268,9 @@ class Determiner:
         self.interference = interference
         """Stretch per unit of DRAM bandwidth the other running kernels demand (see module docstring)."""
         self._level_sms = np.array(gpu.level_sms(mechanism), dtype=np.int64)
+        self._table = tuple(gpu.level_sms(mechanism))
+        self._granted: dict[int, tuple[dict[int, int], tuple[int, ...]]] = {}
+        self._table_rows: dict[int, np.ndarray] = {}
         self._sets = mechanism == "green"
         self._tables: dict[int, AppTables] = {}
         self._dense = np.zeros((0, gpu.sm_count + 1))
@@ -276,6 +292,31 @@ class Determiner:
             self._dram = np.concatenate((self._dram, tab.dram))
         return tab
 
+    def app_level_sms(self, app: AppState) -> tuple[int, ...]:
+        """SMs of the app's context at each level as they were granted (``app.granted_sms``,
+        recorded when its contexts were made: a GH100's green remainder gives one app of a
+        split 4 more than the table), else the mechanism's table."""
+        granted = app.granted_sms
+        if not granted:
+            return self._table
+        cached = self._granted.get(id(app))
+        if cached is None or cached[0] is not granted:
+            levels = tuple(granted.get(n, n) for n in self._table[:-1]) + self._table[-1:]
+            cached = self._granted[id(app)] = (granted, self._table if levels == self._table else levels)
+        return cached[1]
+
+    def _entry_levels(self, squad: Squad) -> np.ndarray:
+        """Shape (K, 18): each entry's app's SMs per level (one kept array per K where every
+        app has the table's: a squad's pricing is on the host's critical path)."""
+        rows = [self.app_level_sms(e.request.app) for e in squad.entries]
+        if all(r is self._table for r in rows):
+            k = len(rows)
+            same = self._table_rows.get(k)
+            if same is None:
+                same = self._table_rows[k] = np.tile(self._level_sms, (k, 1))
+            return same
+        return np.array(rows, dtype=np.int64)
+
     # ------------------------------------------------------------ estimators
     def _ranges(self, squad: Squad) -> tuple[np.ndarray, np.ndarray]:
         k = len(squad.entries)
@@ -288,7 +329,12 @@ class Determiner:
 
     def level_sums(self, squad: Squad) -> np.ndarray:
         """Shape (K, 18): each entry's squad kernels alone at each level's SMs."""
-        return np.array([self.tables(e.request.app.profile).level_sums(e.start, e.count) for e in squad.entries])
+        return np.array(
+            [
+                self.tables(e.request.app.profile).level_sums(e.start, e.count, self.app_level_sms(e.request.app))
+                for e in squad.entries
+            ]
+        )
 
     def estimate_split_free(self, squad: Squad, partitions: tuple[int, ...]) -> float:
         """Interference-free estimate of a strict split: the slowest request alone on its partitions."""
@@ -316,7 +362,9 @@ class Determiner:
         *its own* prefix ends, its unrestricted remainder (the kernel walk)."""
         g0, cnt = self._ranges(squad)
         rcnt = np.array([restricted_count(ratio, int(c)) for c in cnt], dtype=np.int64)
-        caps = np.array([self.gpu.sms_for_level(n, self.mechanism) for n in partitions], dtype=np.int64)
+        caps = np.array(
+            [self.app_level_sms(e.request.app)[n - 1] for e, n in zip(squad.entries, partitions)], dtype=np.int64
+        )
         return self._walk(g0, cnt, rcnt, caps, np.zeros(len(cnt)))
 
     def seq_times(self, squad: Squad) -> list[float]:
@@ -384,7 +432,7 @@ class Determiner:
         else:
             for j, p in enumerate(prev_limits):
                 if p is not None:
-                    prev[j] = p
+                    prev[j] = squad.entries[j].request.app.granted_sms.get(p, p)
         split = self.mode in ("auto", "sp") and k > 1
         seq = self.mode in ("auto", "seq") and k > 1
         out = _decide(
@@ -394,7 +442,7 @@ class Determiner:
             g0,
             cnt,
             prev,
-            self._level_sms,
+            self._entry_levels(squad),
             self.max_partitions,
             self._ratios,
             self.switch_cost,
@@ -618,7 +666,7 @@ def _decide(
     Returns ``[nsp, seq, split, ratio, partitions...]`` (inf: not priced).
     ``prev[j]``: SMs of the request's previous context, -1 unrestricted, -2 none;
     a request that changes context starts ``enter`` late, a Semi-SP remainder
-    ``gap`` after its prefix.
+    ``gap`` after its prefix.  ``level_sms[j]``: entry ``j``'s SMs at each level.
     """
     k = g0.shape[0]
     sms = dense.shape[1] - 1
@@ -637,15 +685,16 @@ def _decide(
                 total += dense[g, sms]
         out[1] = total + (enter if prev[0] >= 0 else 0.0)
     if want_sp:
-        sums = np.zeros((k, level_sms.shape[0]))
+        levels = level_sms.shape[1]
+        sums = np.zeros((k, levels))
         for j in range(k):
             for g in range(g0[j], g0[j] + cnt[j]):
-                for lv in range(level_sms.shape[0]):
-                    sums[j, lv] += dense[g, level_sms[lv]]
-        parts = _greedy_split(sums, level_sms.shape[0], cap)
+                for lv in range(levels):
+                    sums[j, lv] += dense[g, level_sms[j, lv]]
+        parts = _greedy_split(sums, levels, cap)
         caps = np.empty(k, dtype=np.int64)
         for j in range(k):
-            caps[j] = level_sms[parts[j] - 1]
+            caps[j] = level_sms[j, parts[j] - 1]
             out[4 + j] = parts[j]
         rcnt = np.empty(k, dtype=np.int64)
         for c in ratios:

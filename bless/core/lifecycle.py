@@ -113,6 +113,10 @@ class AppState:
     active: Request | None = None
     handle: Any = None
     """The backend's AppHandle."""
+    granted_sms: dict[int, int] = field(default_factory=dict)
+    """SMs each of its restricted contexts holds, by the SM limit asked for it: the kernel
+    manager records what the backend granted when it makes them (a GPU may grant more, as a
+    GH100's green remainder does); empty while the app is not deployed."""
     prefix: np.ndarray = field(init=False, repr=False)
     """Shape (K+1,): expected time from request start to the end of kernel i-1 at the quota."""
     iso_latency: float = field(init=False)

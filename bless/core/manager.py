@@ -39,17 +39,22 @@ class KernelManager:
         names the partition its restricted contexts share with other apps; ``best_effort``
         (one transform per kernel) makes its unrestricted context best-effort (Tally)."""
         app.handle = self.backend.deploy(app.profile)
+        granted = {}
         for limit in dict.fromkeys([None, *sm_limits]):
             if limit is None and best_effort is not None:
                 ctx = self.backend.create_best_effort_context(app.handle, best_effort)
             else:
                 ctx = self.backend.create_context(app.handle, limit, shared=None if limit is None else shared)
+                if limit is not None:
+                    granted[limit] = self.backend.granted_sms(ctx)
             self._streams[(app.index, limit)] = self.backend.create_stream(ctx)
+        app.granted_sms = granted
 
     def undeploy(self, app: AppState) -> None:
         for key in [k for k in self._streams if k[0] == app.index]:
             del self._streams[key]
         self.backend.undeploy(app.handle)
+        app.granted_sms = {}
 
     def stream(self, app: AppState, sm_limit: int | None) -> Any:
         try:
