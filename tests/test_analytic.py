@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scripts import load_script
 
 from bless.build.plan import load_plan
 from bless.build.predicted import predict_profile
@@ -307,15 +308,7 @@ def test_h100_constants_against_the_tvm_kernels_measured_on_a_gh100():
     """The six TVM plans profiled on a GPU (tools/gpu_check_results/2026-11-26-h200): the fitted
     H100 constants time every kernel at every level within the documented error, every app's
     request within 20 % at every level (the library constants were 2-10x off)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "tools" / "validate_compiled.py"
-    spec = importlib.util.spec_from_file_location("validate_compiled", path)
-    tool = importlib.util.module_from_spec(spec)
-    sys.modules["validate_compiled"] = tool  # its dataclasses look their module up there
-    spec.loader.exec_module(tool)
+    tool = load_script("tools/validate_compiled.py")
     apps = tool.load_apps(tool.DEFAULT_PROFILES)
     fitted = analytic.FITTED["h100"]
     assert len(apps) == 6 and tool.kernel_error(apps, fitted) < 0.15

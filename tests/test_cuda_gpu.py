@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("cuda.bindings.driver", reason="cuda-python is not installed (pip install '.[cuda]')")
 from cuda_fake import FakeDevice, FakeDriver
+from scripts import load_script
 
 from bless.cuda.backend import CudaBackend
 from bless.cuda.driver import probe
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_check = _load_tool()
+gpu_check = load_script("tools/gpu_check.py")
 HAS_GPU, GPU_REASON = probe()
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason=f"needs an NVIDIA GPU: {GPU_REASON}")
 

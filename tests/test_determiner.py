@@ -1,16 +1,14 @@
 """The configuration determiner: search space, estimators, optimality, and the
 estimates against squads run on the simulated GPU."""
 
-import importlib.util
 import itertools
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scripts import load_script
 
 from bless.core.determiner import (
     RATIO_CHOICES,
@@ -265,12 +263,7 @@ def test_adaptive_split_ratio_keeps_the_fastest_priced_choice():
 
 # ---------------------------------------------------------------- against the simulator
 def _experiment():
-    path = Path(__file__).resolve().parents[1] / "experiments" / "estimator_accuracy.py"
-    spec = importlib.util.spec_from_file_location("estimator_accuracy", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("estimator_accuracy", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("experiments/estimator_accuracy.py")
 
 
 def test_estimates_match_squads_run_on_the_simulator():

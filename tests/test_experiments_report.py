@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import yaml
+from scripts import load_script
 
 from bless.harness.bound import bound_for_config
 from bless.harness.config import config_from_dict
 from bless.harness.sweep import load_sweep, run_sweep
 
-PAPER = Path(__file__).resolve().parents[1] / "experiments" / "paper.py"
 SWEEP = {
     "name": "tiny",
     "base": {
@@ -33,9 +30,7 @@ SWEEP = {
 @pytest.fixture(scope="module")
 def paper(tmp_path_factory):
     """paper.py with its sweep files and results in a temporary folder that holds the tiny sweep, run."""
-    spec = importlib.util.spec_from_file_location("paper", PAPER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("experiments/paper.py")
     here = tmp_path_factory.mktemp("experiments")
     (here / "tiny.yaml").write_text(yaml.safe_dump(SWEEP))
     module.HERE, module.RESULTS = here, here / "results"

@@ -2,31 +2,26 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from scripts import load_script
 
 from bless.hw.gpus import get_gpu
 from bless.hw.interference import InterferenceModel
 from bless.profiles.catalog import find_profile
 from bless.profiles.format import load_profile
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "overlap_feasibility.py"
 GPU = get_gpu("a100")
 PAIRS = [("resnet50", 0.5, "resnet50", 0.5), ("bert", 0.5, "vgg11", 0.5), ("nasnet", 1 / 3, "resnet101", 2 / 3)]
 
 
 @pytest.fixture(scope="module")
 def fluid():
-    spec = importlib.util.spec_from_file_location("overlap_feasibility", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
+    module = load_script("experiments/overlap_feasibility.py")
     yield module
-    del sys.modules[spec.name]
+    del sys.modules[module.__name__]
 
 
 def curves(fluid, *apps):
