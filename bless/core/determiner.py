@@ -179,7 +179,6 @@ class AppTables:
                 f"profile {profile.app!r} is for {profile.gpu} ({profile.level_sms[-1]} SMs), not the "
                 f"{gpu.name} ({gpu.sm_count} SMs): use a profile made for {gpu.name}"
             )
-        n = profile.n_kernels
         self.is_copy = profile.memcpy_mask()
         # Duration with n SMs available, n = 0..sm_count (index 0: inf), as the simulator reads
         # it (bless.profiles.features.solo_curves) but for one rounding: a copy here takes the
@@ -196,10 +195,9 @@ class AppTables:
         """Most SMs each kernel keeps busy (0: a copy, on the copy engine)."""
         self.dram = features.dram_seconds(profile, self.full)
         """Seconds of peak DRAM bandwidth each kernel moves."""
-        self.prefix = np.zeros((N_LEVELS, n + 1))
-        self.prefix[:, 1:] = np.cumsum(dense[list(gpu.level_sms(mechanism))], axis=1)
+        self._prefixes: dict[tuple[int, ...], np.ndarray] = {}
+        self.prefix = self.level_prefix(gpu.level_sms(mechanism))
         """Per level: sums of the first k kernels' durations at that level's SMs under the mechanism."""
-        self._prefixes: dict[tuple[int, ...], np.ndarray] = {tuple(gpu.level_sms(mechanism)): self.prefix}
         self.profile = profile
         """Kept so that ``id(profile)`` names these tables only while they live."""
         self.base = 0
@@ -215,7 +213,7 @@ class AppTables:
         """:attr:`prefix` at the SM counts ``level_sms`` (built on first use, then kept)."""
         prefix = self._prefixes.get(level_sms)
         if prefix is None:
-            prefix = np.zeros_like(self.prefix)
+            prefix = np.zeros((len(level_sms), self.dense.shape[0] + 1))
             prefix[:, 1:] = np.cumsum(self.dense.T[list(level_sms)], axis=1)
             self._prefixes[level_sms] = prefix
         return prefix
@@ -267,8 +265,8 @@ class Determiner:
             interference = InterferenceModel.for_gpu(gpu.name).bandwidth
         self.interference = interference
         """Stretch per unit of DRAM bandwidth the other running kernels demand (see module docstring)."""
-        self._level_sms = np.array(gpu.level_sms(mechanism), dtype=np.int64)
-        self._table = tuple(gpu.level_sms(mechanism))
+        self._table = gpu.level_sms(mechanism)
+        self._level_sms = np.array(self._table, dtype=np.int64)
         self._granted: dict[int, tuple[dict[int, int], tuple[int, ...]]] = {}
         self._table_rows: dict[int, np.ndarray] = {}
         self._sets = mechanism == "green"
