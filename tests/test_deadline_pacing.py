@@ -4,6 +4,7 @@ newcomers served within a window, and the paper's lockstep broken."""
 import numpy as np
 import pytest
 
+from bless.core.executor import Executor
 from bless.core.lifecycle import AppState, Request
 from bless.core.policy import Decision, RequestLaunch
 from bless.core.scheduler import PacedRequest, PaceTable, build_deadline_squad, caution_after
@@ -14,6 +15,7 @@ from bless.hw.gpus import get_gpu
 from bless.policies.bless import DECISION_COST, WINDOW, BlessPolicy, parse_pacing
 from bless.profiles.catalog import load_app
 from bless.profiles.synthetic import synthetic_profile
+from bless.sim.backend import SimBackend
 
 
 def pair(neighbour_load, policy="bless", duration=1.5, apps=("resnet50", "bert"), warmup=0.3):
@@ -405,3 +407,19 @@ def test_the_top_is_priced_unrestricted_only_where_that_can_change_the_decision(
     assert sum(skipped) > 0.5 * len(skipped)  # most capped steps skip the walk here
     for a, b in zip(shortcut.apps, walked.apps):
         np.testing.assert_array_equal(a.latencies, b.latencies)
+
+
+def test_pacing_prices_each_app_at_the_sms_its_contexts_were_granted():
+    """H100 green contexts: the split's 4-SM remainder joins the second app's groups, so its
+    context asked for 64 SMs holds 68; deadline pacing's projections price each app at its own."""
+    gpu = get_gpu("h100")
+    apps = [AppState(i, f"vgg11#{i}", load_app("vgg11", "h100"), 0.5) for i in range(2)]
+    policy = BlessPolicy(mechanism="green")
+    Executor(SimBackend(gpu, mechanism="green"), policy, apps)
+    first, second = (policy.pace_table(a) for a in apps)
+    assert first.limits == second.limits and 64 in first.limits
+    assert (first.row_sms[first.row_of(64)], second.row_sms[second.row_of(64)]) == (64, 68)
+    profile = apps[1].profile
+    assert second.rest(second.row_of(64), 0) == pytest.approx(profile.t_at_sms(68).sum())
+    assert first.rest(first.row_of(64), 0) == pytest.approx(profile.t_at_sms(64).sum())
+    assert second.first_row_at_least(66) == second.row_of(64) < first.first_row_at_least(66)

@@ -197,32 +197,41 @@ class PaceTable:
     """One app's kernel times in each context it owns, as prefix sums.
 
     Row ``i`` of ``prefix`` is the time from kernel 0 to the end of each kernel
-    alone with ``limits[i]`` SMs; the last row is the whole GPU (unrestricted).
-    The rows are the determiner's (``AppTables.prefix``) at those levels.
+    alone with ``row_sms[i]`` SMs, what the context of ``limits[i]`` was granted;
+    the last row is the whole GPU (unrestricted).  The rows are the determiner's
+    (``AppTables.level_prefix``) at those SM counts.
     Deadline pacing reads them one number at a time, on the host's critical
     path, so it reads the same rows as Python lists (``lines``): a scalar read
     or a bisection there costs a tenth of NumPy's.
     """
 
     limits: tuple[int, ...]
-    """SM counts of the app's restricted contexts, ascending."""
+    """SM limits of the app's restricted contexts, ascending: what they were asked for, and
+    the key a launch names its context by."""
     sm_count: int
     """The whole GPU's (the last row's)."""
     prefix: np.ndarray
     """Shape (len(limits) + 1, K + 1)."""
+    granted: tuple[int, ...] | None = None
+    """SMs each restricted context was granted, where they differ from ``limits`` (a GH100's
+    green split gives one app of a pair its 4-SM remainder); the rows are priced and counted
+    at these.  None: as asked."""
     lines: tuple[list[float], ...] = field(init=False, repr=False, compare=False)
     """``prefix`` row by row, as lists."""
     n_kernels: int = field(init=False, repr=False, compare=False)
     full: int = field(init=False, repr=False, compare=False)
     """The unrestricted context's row."""
     row_sms: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    """SMs of each row's context (``limits``, then the whole GPU's)."""
+    """SMs of each row's context as granted (``granted`` or ``limits``, then the whole GPU's)."""
 
     def __post_init__(self) -> None:
+        sms = self.limits if self.granted is None else self.granted
+        if len(sms) != len(self.limits) or any(a > b for a, b in zip(sms, sms[1:])):
+            raise ValueError(f"granted SMs {sms} must be one ascending count per limit {self.limits}")
         object.__setattr__(self, "lines", tuple(row.tolist() for row in self.prefix))
         object.__setattr__(self, "n_kernels", self.prefix.shape[1] - 1)
         object.__setattr__(self, "full", len(self.limits))
-        object.__setattr__(self, "row_sms", (*self.limits, self.sm_count))
+        object.__setattr__(self, "row_sms", (*sms, self.sm_count))
 
     def row_of(self, sm_limit: int | None) -> int:
         """The row of the context restricted to ``sm_limit`` SMs (None or the whole GPU: the
@@ -245,7 +254,7 @@ class PaceTable:
         """The largest context (row) with at most ``sms`` SMs (the whole GPU counts); -1 if none."""
         if sms >= self.sm_count:
             return len(self.limits)
-        return bisect.bisect_right(self.limits, sms + 1e-9) - 1
+        return bisect.bisect_right(self.row_sms, sms + 1e-9, hi=self.full) - 1
 
     def first_row_within(
         self, start: int, left: float, stretch: float, lowest: int = 0, highest: int | None = None
@@ -262,7 +271,7 @@ class PaceTable:
 
     def first_row_at_least(self, sms: float) -> int:
         """The smallest context (row) with at least ``sms`` SMs; the unrestricted row if none."""
-        return bisect.bisect_left(self.limits, sms - 1e-9)
+        return bisect.bisect_left(self.row_sms, sms - 1e-9, hi=self.full)
 
 
 BEST_EFFORT_WINDOW = 0.1

@@ -179,8 +179,10 @@ class BlessPolicy(Policy):
         """Per request id: SM limit of its latest launched kernel."""
         self.determiner: Determiner | None = None
         self.max_level = N_LEVELS - 1
-        self._pace_tables: dict[int, PaceTable] = {}
-        """Per profile (by id): kernel times in each of the app's contexts (the determiner's rows)."""
+        self._limits: tuple[int, ...] = ()
+        """SM limits of every app's restricted contexts, ascending."""
+        self._pace_tables: dict[tuple[int, tuple[int, ...]], PaceTable] = {}
+        """Per profile (by id) and granted SMs of its contexts: kernel times in each of them."""
         self._stretch: dict[int, float] = {}
         """Per app index: the slowdown its neighbours' DRAM traffic is expected to cause."""
         self._paced: dict[int, PacedRequest] = {}
@@ -205,13 +207,8 @@ class BlessPolicy(Policy):
         )
         for app in apps:
             self.determiner.tables(app.profile)
-        limits = sorted(n for n in self.context_limits(apps[0], gpu) if n is not None) if apps else []
-        level_sms = gpu.level_sms(self.mechanism)
-        rows = [level_sms.index(n) for n in limits] + [N_LEVELS - 1]
-        self._pace_tables = {
-            id(a.profile): PaceTable(tuple(limits), gpu.sm_count, self.determiner.tables(a.profile).prefix[rows])
-            for a in apps
-        }
+        self._limits = tuple(sorted(n for n in self.context_limits(apps[0], gpu) if n is not None)) if apps else ()
+        self._pace_tables = {}
         self._stretch = neighbour_stretch(apps, gpu)
         self._caution = {a.index: self._caution[a.index] for a in apps if a.index in self._caution}
         self._paced = {rid: self._rebased(p) for rid, p in self._paced.items()}
@@ -220,7 +217,7 @@ class BlessPolicy(Policy):
         """``paced`` under the tables, quota and neighbours :meth:`setup` just computed
         (an app added or removed, a quota changed): its deadline and queued work stay."""
         app = paced.request.app
-        tab = self._pace_tables.get(id(app.profile), paced.table)
+        tab = self.pace_table(app)
         row = tab.row_of(paced.table.row_sms[paced.row]) if paced.row >= 0 else -1
         stretch = self._stretch.get(app.index, 1.0)
         return PacedRequest(
@@ -299,10 +296,24 @@ class BlessPolicy(Policy):
             deadline = finish if app.slo is None else min(finish, request.arrival + app.slo)
             if app.best_effort:
                 deadline = math.inf
-            tab = self._pace_tables[id(app.profile)]
+            tab = self.pace_table(app)
             stretch = self._stretch.get(app.index, 1.0)
             paced = self._paced[request.rid] = PacedRequest(request, deadline, tab, app.quota * tab.sm_count, stretch)
         return paced
+
+    def pace_table(self, app: AppState) -> PaceTable:
+        """The app's kernel times in each of its contexts, at the SMs the backend granted them
+        (``app.granted_sms``, recorded at deployment, after :meth:`setup`); apps of one profile
+        whose contexts got the same SMs share one table."""
+        granted = tuple(app.granted_sms.get(n, n) for n in self._limits)
+        key = (id(app.profile), granted)
+        tab = self._pace_tables.get(key)
+        if tab is None:
+            prefix = self._determiner().tables(app.profile).level_prefix((*granted, self.gpu.sm_count))
+            tab = self._pace_tables[key] = PaceTable(
+                self._limits, self.gpu.sm_count, prefix, None if granted == self._limits else granted
+            )
+        return tab
 
     def _deadline_squad(self, now: float, active: list[Request]) -> Decision:
         """Stream each request's next window of kernels in its context (no barrier)."""
