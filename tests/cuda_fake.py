@@ -46,6 +46,7 @@ class Stream:
     id: int
     ctx: Ctx
     ready: float = 0.0
+    priority: int = 0
 
 
 @dataclass
@@ -317,7 +318,7 @@ class FakeDriver:
     def cuGreenCtxStreamCreate(self, green, flags, priority):
         self._call("cuGreenCtxStreamCreate", (green, flags, priority))
         assert int(flags) == int(real.CUstream_flags.CU_STREAM_NON_BLOCKING), "green streams must be non-blocking"
-        return OK, self._stream(self.greens[int(green)])
+        return OK, self._stream(self.greens[int(green)], priority)
 
     def cuGreenCtxDestroy(self, green):
         self._call("cuGreenCtxDestroy", (green,))
@@ -326,14 +327,19 @@ class FakeDriver:
         return (OK,)
 
     # ------------------------------------------------------------ streams and events
-    def _stream(self, ctx: Ctx):
-        s = Stream(next(self._ids), ctx)
+    def _stream(self, ctx: Ctx, priority: int = 0):
+        s = Stream(next(self._ids), ctx, priority=priority)
         self.streams[s.id] = s
         return real.CUstream(s.id)
 
-    def cuStreamCreate(self, flags):
-        self._call("cuStreamCreate", (flags,))
-        return OK, self._stream(self._current())
+    def cuCtxGetStreamPriorityRange(self):
+        self._call("cuCtxGetStreamPriorityRange", ())
+        return OK, 0, -5  # (lowest, highest), as an H100's driver gives them
+
+    def cuStreamCreateWithPriority(self, flags, priority):
+        self._call("cuStreamCreateWithPriority", (flags, priority))
+        assert -5 <= priority <= 0, f"priority {priority} outside the device's range"
+        return OK, self._stream(self._current(), priority)
 
     def cuStreamDestroy(self, stream):
         self._call("cuStreamDestroy", (stream,))

@@ -345,3 +345,17 @@ def test_recorded_calls_match_the_real_bindings_signatures(fake, apps):
         with pytest.raises(Exception) as info:
             getattr(real, name)(*args)
         assert not isinstance(info.value, TypeError), f"{name}{args}: {info.value}"
+
+
+@pytest.mark.parametrize("mechanism", ["mps", "green"])
+def test_a_low_priority_stream_is_made_at_the_devices_lowest_priority(fake, apps, mechanism):
+    """Ordinary streams at the highest stream priority, all alike (the default is the lowest);
+    a low-priority stream at the lowest, so the block scheduler serves the others first."""
+    fake.dev.mps_running = True
+    b = backend(fake, mechanism=mechanism)
+    app = b.deploy(apps[0])
+    for ctx in (b.create_context(app, None), b.create_context(app, 64)):
+        ordinary, low = b.create_stream(ctx), b.create_stream(ctx, low_priority=True)
+        assert fake.streams[int(ordinary.handle)].priority == -5
+        assert fake.streams[int(low.handle)].priority == 0
+    b.close()

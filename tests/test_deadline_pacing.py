@@ -194,10 +194,10 @@ def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
         other = PacedRequest(Request(1, calm, 0.0), calm_deadline, table, 54.0, 1.2)
         other.request.scheduled = 30
         launches = build_deadline_squad([head, other], 0.0, 1.0).launches
-        return {launch.request.rid: launch.sm_limit for launch in launches}
+        return {launch.request.rid: "bubbles" if launch.low_priority else launch.sm_limit for launch in launches}
 
     assert squad(90.0, backlog=True) == {0: 54, 1: None}  # behind the later deadline, at its quota
-    assert squad(90.0, backlog=False) == {0: None}  # within its share: the top; the other waits
+    assert squad(90.0, backlog=False) == {0: None, 1: "bubbles"}  # within its share: the top; the other waits
     assert squad(20.0, backlog=True) == {0: 36, 1: None}  # lends the 18 SMs the top's deadline needs
     assert squad(20.0, backlog=False) == {0: 54, 1: None}  # an on-time app lends only to a late top
 
@@ -423,3 +423,46 @@ def test_pacing_prices_each_app_at_the_sms_its_contexts_were_granted():
     assert second.rest(second.row_of(64), 0) == pytest.approx(profile.t_at_sms(68).sum())
     assert first.rest(first.row_of(64), 0) == pytest.approx(profile.t_at_sms(64).sum())
     assert second.first_row_at_least(66) == second.row_of(64) < first.first_row_at_least(66)
+
+
+def test_the_earliest_waiting_request_runs_in_the_bubbles_while_the_others_can_afford_it():
+    """A request that can wait streams a short window into the low-priority stream of its
+    unrestricted context, where it takes only the SMs the others leave: the earliest waiting
+    request only, and only while every request launched beside it, slowed by its interference
+    on the whole GPU as well, still meets its deadline with a window to spare."""
+    gpu = get_gpu("a100")
+    table = PaceTable((54,), gpu.sm_count, np.cumsum(np.ones((2, 41)), axis=1) - 1.0)  # 40 kernels of 1 s
+    apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 1 / 3) for i in range(3)]
+
+    def launches(top_deadline, background=True):
+        top = PacedRequest(Request(0, apps[0], 0.0), top_deadline, table, 36.0, 1.0)
+        waiting = [PacedRequest(Request(i, apps[i], 0.0), 200.0 + i, table, 36.0, 1.0, 1.2) for i in (1, 2)]
+        out = build_deadline_squad([top, *waiting], 0.0, 1.0, background=background).launches
+        return [(e.request.rid, e.sm_limit, e.low_priority) for e in out]
+
+    # The top's 40 s on the whole GPU, slowed 1.2x by the waiting request's traffic, and a window: 49 s.
+    assert launches(49.5) == [(0, None, False), (1, None, True)]
+    assert launches(48.5) == [(0, None, False)]  # it cannot afford the interference
+    assert launches(49.5, background=False) == [(0, None, False)]  # the ablation: waiting is idle
+
+
+def test_running_in_the_bubbles_keeps_a_heavy_mix_at_iso():
+    """Fig. 15's four apps at load B: with waiting requests idle BERT ends 1 % over its ISO
+    target; run in the bubbles, they leave less for later and every app is at or below it."""
+
+    def run(background):
+        quotas = {"resnet50": "10%", "vgg11": "20%", "bert": "30%", "resnet101": "40%"}
+        cfg = {
+            "gpu": "a100",
+            "duration": 3,
+            "warmup": 0.5,
+            "seed": 0,
+            "noise": 0.02,
+            "policy": {"name": "bless", "background": background},
+            "apps": [{"app": a, "quota": q, "load": "B"} for a, q in quotas.items()],
+        }
+        return [a.mean / a.iso_latency for a in run_config(config_from_dict(cfg)).apps]
+
+    bubbles, idle = run(True), run(False)
+    assert max(bubbles) <= 1.0, bubbles
+    assert bubbles[2] < idle[2] and idle[2] > 1.0, (bubbles, idle)

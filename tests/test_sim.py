@@ -82,6 +82,25 @@ def test_unrestricted_kernels_take_free_sms_in_launch_order():
     assert a.start == pytest.approx(b.start) and a.end == pytest.approx(b.end)
 
 
+def test_a_low_priority_stream_takes_only_the_sms_ordinary_kernels_leave():
+    """Launched first and wanting every SM, a low-priority kernel still leaves an ordinary one
+    its SMs at once (in launch order alone it would hold them all), runs in the rest, and
+    takes the whole GPU when the ordinary one ends."""
+    be = SimBackend("a100", host=NO_HOST)
+    wide = _one_kernel_app("wide", 1.0)
+    wide = dataclasses.replace(wide, t=100e-6 * 108 / np.array(wide.level_sms, dtype=float)[:, None])
+    half = _one_kernel_app("half", 0.5)
+    hw, hh = be.deploy(wide), be.deploy(half)
+    low = be.create_stream(be.create_context(hw, None), low_priority=True)
+    ordinary = be.create_stream(be.create_context(hh, None))
+    background = be.launch(low, hw, 0)
+    foreground = be.launch(ordinary, hh, 0)
+    be.synchronize()
+    assert foreground.start == 0.0 and foreground.end == pytest.approx(100e-6)  # as alone
+    # Half the work at 54 SMs (200 us alone there) while the ordinary kernel runs, the rest on 108.
+    assert background.start == 0.0 and background.end == pytest.approx(150e-6)
+
+
 @pytest.mark.parametrize("ctx", [None, 54])
 def test_corunning_apps_slow_each_other_more_when_memory_intensive(ctx):
     slowdowns = []

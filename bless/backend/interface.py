@@ -171,8 +171,9 @@ class Backend(ABC):
         """Where a launched kernel ran, as far as the backend knows (for timelines)."""
 
     @abstractmethod
-    def create_stream(self, context: Any) -> Any:
-        """An in-order stream in ``context``."""
+    def create_stream(self, context: Any, *, low_priority: bool = False) -> Any:
+        """An in-order stream in ``context``; ``low_priority``: its kernels get only the SMs
+        that kernels of ordinary streams leave (CUDA stream priorities)."""
 
     @abstractmethod
     def launch(

@@ -84,7 +84,11 @@ class Executor:
         """Deploy ``app`` with the contexts its policy asks for."""
         gpu, policy = self.backend.gpu, self.policy
         self.manager.deploy(
-            app, policy.context_limits(app, gpu), policy.shared_partition(app), policy.best_effort(app, gpu)
+            app,
+            policy.context_limits(app, gpu),
+            policy.shared_partition(app),
+            policy.best_effort(app, gpu),
+            policy.low_priority(app),
         )
 
     def remove_app(self, app: AppState) -> list[Request]:

@@ -25,7 +25,8 @@ class KernelManager:
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
-        self._streams: dict[tuple[int, int | None], Any] = {}
+        self._streams: dict[tuple[int, int | None, bool], Any] = {}
+        """Per (app index, SM limit, low priority): its stream."""
         self.kernels_launched = 0
 
     def deploy(
@@ -34,10 +35,12 @@ class KernelManager:
         sm_limits: list[int | None],
         shared: str | None = None,
         best_effort: Sequence[KernelTransform] | None = None,
+        low_priority: bool = False,
     ) -> None:
         """Deploy ``app`` and pre-create its contexts (unrestricted always included); ``shared``
         names the partition its restricted contexts share with other apps; ``best_effort``
-        (one transform per kernel) makes its unrestricted context best-effort (Tally)."""
+        (one transform per kernel) makes its unrestricted context best-effort (Tally);
+        ``low_priority`` gives its unrestricted context a low-priority stream too."""
         app.handle = self.backend.deploy(app.profile)
         granted = {}
         for limit in dict.fromkeys([None, *sm_limits]):
@@ -47,7 +50,9 @@ class KernelManager:
                 ctx = self.backend.create_context(app.handle, limit, shared=None if limit is None else shared)
                 if limit is not None:
                     granted[limit] = self.backend.granted_sms(ctx)
-            self._streams[(app.index, limit)] = self.backend.create_stream(ctx)
+            self._streams[(app.index, limit, False)] = self.backend.create_stream(ctx)
+            if limit is None and low_priority:
+                self._streams[(app.index, None, True)] = self.backend.create_stream(ctx, low_priority=True)
         app.granted_sms = granted
 
     def undeploy(self, app: AppState) -> None:
@@ -56,10 +61,14 @@ class KernelManager:
         self.backend.undeploy(app.handle)
         app.granted_sms = {}
 
-    def stream(self, app: AppState, sm_limit: int | None) -> Any:
+    def stream(self, app: AppState, sm_limit: int | None, low_priority: bool = False) -> Any:
         try:
-            return self._streams[(app.index, sm_limit)]
+            return self._streams[(app.index, sm_limit, low_priority)]
         except KeyError:
+            if low_priority:
+                raise ValueError(
+                    f"app {app.name!r} has no low-priority stream; the policy must ask for it in low_priority()"
+                ) from None
             raise ValueError(
                 f"app {app.name!r} has no context limited to {sm_limit} SMs; "
                 f"the policy must list it in context_limits()"
@@ -74,7 +83,7 @@ class KernelManager:
         if order is None:
             order = tuple(i for i, p in enumerate(plans) for _ in range(p.count))
         cursor = [p.start for p in plans]
-        streams = [self.stream(p.request.app, p.sm_limit) for p in plans]
+        streams = [self.stream(p.request.app, p.sm_limit, p.low_priority) for p in plans]
         launch = self.backend.launch
         launches = []
         for i in order:

@@ -27,7 +27,8 @@ class RequestLaunch:
     """Launch kernels ``[start, start + count)`` of ``request`` into a context.
 
     ``sm_limit`` None is the app's unrestricted context; otherwise the app's
-    context restricted to that many SMs.  (Not frozen, like :class:`Decision`: a
+    context restricted to that many SMs.  ``low_priority``: the unrestricted
+    context's low-priority stream.  (Not frozen, like :class:`Decision`: a
     policy makes them at every step, on the host's critical path, where a frozen
     dataclass's construction costs 0.5 us, a slotted one's 0.15; nothing changes
     one once made.)
@@ -37,6 +38,9 @@ class RequestLaunch:
     start: int
     count: int
     sm_limit: int | None = None
+    low_priority: bool = False
+    """Into the low-priority stream of the app's unrestricted context (``sm_limit`` None): its
+    kernels get only the SMs the other streams' kernels leave (:meth:`Policy.low_priority`)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,11 @@ class Policy(ABC):
     def shared_partition(self, app: AppState) -> str | None:
         """Name of the SM partition ``app``'s restricted contexts share with other apps (None: their own)."""
         return None
+
+    def low_priority(self, app: AppState) -> bool:
+        """Whether ``app``'s unrestricted context also gets a low-priority stream, for launches
+        that should run only in the SMs other work leaves."""
+        return False
 
     def best_effort(self, app: AppState, gpu: GpuSpec) -> tuple[KernelTransform, ...] | None:
         """None: ``app`` runs as usual; else it runs best-effort, each kernel transformed as given

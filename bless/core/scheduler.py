@@ -165,6 +165,13 @@ def build_squad(requests: list[Request], now: float, squad_size: int, pacing: bo
 # * a request that can wait waits, leaving the GPU to the earlier deadline:
 #   one request finishes early, the other still on time, and two identical
 #   closed loops drift apart instead of into lockstep;
+# * but the earliest of the waiting requests runs in the bubbles: a short window
+#   of its kernels goes to the low-priority stream of its unrestricted context,
+#   where it takes only the SMs the others' kernels leave, so it gets ahead
+#   without taking an SM from anyone.  Its DRAM traffic still slows the others,
+#   so it runs only while every request launched beside it, slowed by its mean
+#   demand on the whole GPU as well, still meets its deadline with a window to
+#   spare;
 # * kernels stream: each request keeps 1.5 to 2.5 windows of kernels queued in
 #   its context, refilled together, and no barrier separates two launches.
 
@@ -182,6 +189,14 @@ often by a few microseconds at a time; waking for each would poll the device.  O
 assumption: with 8 closed loops it halved the steps (1489 to 612); on quick re-runs of the
 Fig. 13 exponential pairs and a Fig. 14 subset the means moved 23.81 -> 23.72 ms and the
 deviation 0.18 -> 0.13 ms."""
+BACKGROUND_WINDOW = 0.25
+"""The waiting request that runs in the bubbles streams this share of a window at a time (of
+its kernels' time alone on the whole GPU), refilled when a step runs anyway or when its queue
+runs out, so that little of it is queued in its low-priority stream, where the others' kernels
+may hold it back, when it must start in earnest.  Our assumption; on quick re-runs (BLESS
+only) 0.1 / 0.25 / 0.5 gave the five Fig. 13 exponential pairs 23.78 / 23.70 / 23.59 ms
+(23.79 without), the 4-app mix at B its worst app at 1.002 / 0.997 / 0.984x ISO, at A
+ResNet50 at 0.988 / 1.004 / 1.023x, and 8 closed loops 22.2 / 21.5 / 20.6 kernels per step."""
 TOP_UP = 1.0
 """A step that launches anything also gives its next window to every running request whose
 queue would run short within this many of its windows: batched into a step already paid
@@ -296,6 +311,10 @@ class PacedRequest:
     """SMs its quota promises (``quota * sm_count``)."""
     stretch: float
     """Expected slowdown from the neighbours' interference (>= 1)."""
+    imposes: float = 1.0
+    """Slowdown its kernels cause a neighbour when it runs on the whole GPU (its app's mean
+    DRAM demand there through the interference model; >= 1): what running it in the
+    bubbles costs the others."""
     row: int = -1
     """Row of the context its latest kernel ran in (-1: none yet): kept while it still serves."""
     busy_until: float = -math.inf
@@ -399,6 +418,7 @@ def build_deadline_squad(
     caution: Mapping[int, float] | None = None,
     lend: bool = True,
     wake_when_due: bool = True,
+    background: bool = True,
 ) -> PacedLaunch:
     """The kernels to launch now under deadline pacing (see the section comment above).
 
@@ -415,7 +435,10 @@ def build_deadline_squad(
     deadline needs (``lend``).  Requests of apps over their share come after
     those of apps within theirs.  Each entry carries its context (``sm_limit``);
     restricted requests are launched first.  An entry covers about ``window``
-    seconds of the request's kernels.
+    seconds of the request's kernels.  ``background``: the earliest request that
+    can wait runs in the low-priority stream of its unrestricted context
+    meanwhile, :data:`BACKGROUND_WINDOW` of a window at a time, while the
+    requests launched beside it can afford its interference.
     """
     if window <= 0:
         raise ValueError(f"window must be > 0 seconds, got {window}")
@@ -430,6 +453,7 @@ def build_deadline_squad(
     # Who runs: the earliest deadline, and every request that cannot wait a window.
     top = live[0]
     urgent = []  # (request, row of its quota's context, time left to its deadline)
+    waiting = None  # the earliest request that can wait (and is not best-effort)
     spare = top.table.sm_count - top.quota_sms  # SMs the quotas of the top and the urgent leave
     for p in live[1:]:
         tab = p.table
@@ -444,6 +468,8 @@ def build_deadline_squad(
             # ``deadline - need`` on (no later than its queued kernels end, as ``left`` shows).
             if wake_when_due:
                 wake = min(wake, max(p.deadline - need, now + _TICK))
+            if waiting is None and background and not p.best_effort:
+                waiting = p
             continue
         urgent.append((p, q, left))
         spare -= tab.row_sms[q]
@@ -503,7 +529,9 @@ def build_deadline_squad(
         spare -= sms[row] - sms[q]
     windows = [window * BEST_EFFORT_WINDOW if p.best_effort else window for p, _ in picked]
     refills = [p.busy_until - QUEUED * w for (p, _), w in zip(picked, windows)]  # when each runs short of kernels
-    if min(refills) > now + max(_TICK, REFILL_SLACK * window):
+    if waiting is not None and waiting.busy_until - QUEUED * window * BACKGROUND_WINDOW > now + _TICK:
+        waiting = None  # it has enough queued
+    if waiting is None and min(refills) > now + max(_TICK, REFILL_SLACK * window):
         return PacedLaunch((), (), (), (), min(wake, *refills))  # every one has enough queued
     counts = [_window_count(p, row, w) for (p, row), w in zip(picked, windows)]
     priced = None
@@ -535,9 +563,29 @@ def build_deadline_squad(
         durations.append(tab.work(row, r.scheduled, count) * p.stretch if priced is None else priced[i])
         if r.scheduled + count < tab.n_kernels:
             wake = min(wake, max(now, p.busy_until) + max(durations[-1] - QUEUED * windows[i], _TICK))
+    if waiting is not None and _affords(picked, waiting.imposes, now, window):
+        r = waiting.request
+        tab = waiting.table
+        count = _window_count(waiting, tab.full, window * BACKGROUND_WINDOW)
+        entries.append(RequestLaunch(r, r.scheduled, count, None, low_priority=True))
+        lines.append(tab.lines[tab.full])
+        rows.append(tab.full)
+        durations.append(tab.work(tab.full, r.scheduled, count) * waiting.stretch)
+        if r.scheduled + count < tab.n_kernels:  # its next refill (it may be due before anyone else's)
+            wake = min(wake, max(now, waiting.busy_until) + durations[-1] - QUEUED * window * BACKGROUND_WINDOW)
     if not entries:
         return PacedLaunch((), (), (), (), wake)
     return PacedLaunch(tuple(entries), _start_order(entries, lines), tuple(rows), tuple(durations), wake)
+
+
+def _affords(picked: list[tuple[PacedRequest, int]], slowdown: float, now: float, window: float) -> bool:
+    """Every picked request, its remaining kernels in its context of the row it was picked in,
+    slowed by its stretch and ``slowdown`` more, still meets its deadline with a window to spare."""
+    for p, row in picked:
+        left = p.deadline - (p.busy_until if p.busy_until > now else now) - window
+        if p.table.rest(row, p.request.scheduled) * p.stretch * slowdown > left:
+            return False
+    return True
 
 
 def _beyond_quota(top: PacedRequest, now: float, window: float) -> tuple[float, float]:

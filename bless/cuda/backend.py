@@ -201,9 +201,10 @@ class CudaBackend(Backend):
     def placement(self, run: CudaLaunch) -> Placement:
         return placement(run)
 
-    def create_stream(self, context: AppContext) -> CudaStream:
+    def create_stream(self, context: AppContext, *, low_priority: bool = False) -> CudaStream:
         ctx = context.context
-        stream = CudaStream(self.pool.create_stream(ctx), self._clock(ctx), f"{context.app.name}/{ctx.label}", ctx)
+        label = f"{context.app.name}/{ctx.label}" + (" low priority" if low_priority else "")
+        stream = CudaStream(self.pool.create_stream(ctx, low_priority), self._clock(ctx), label, ctx)
         context.app.private.streams.append(stream)
         self._streams.append(stream)
         return stream

@@ -94,6 +94,8 @@ class ContextPool(ABC):
         self.driver = device.driver
         self.primary = ExecContext(device.primary, device.info.sm_count, "primary", "all SMs")
         self._contexts: dict[Any, ExecContext] = {}
+        self._priorities: tuple[int, int] | None = None
+        """The device's (lowest, highest) stream priority, once read."""
 
     def context(self, sm_limit: int | None, slot: int = 0, shared: str | None = None) -> ExecContext:
         """The context for ``sm_limit`` SMs (None: all) for the app in deployment slot ``slot``,
@@ -111,11 +113,23 @@ class ContextPool(ABC):
         """Every restricted context created so far."""
         return list(self._contexts.values())
 
-    def create_stream(self, ctx: ExecContext) -> Any:
-        """A non-blocking stream in ``ctx``."""
+    def create_stream(self, ctx: ExecContext, low_priority: bool = False) -> Any:
+        """A non-blocking stream in ``ctx``, at the highest stream priority, or the lowest if
+        ``low_priority``: the block scheduler dispatches pending blocks of higher-priority
+        streams first (CUDA C++ Programming Guide, "Stream Priorities").  The default
+        priority is the lowest, so ordinary streams are made at the highest, all alike."""
         flags = self.driver.cu.CUstream_flags.CU_STREAM_NON_BLOCKING
         with self.device.current(ctx.handle):
-            return self.driver.call("cuStreamCreate", flags)
+            priority = self.stream_priority(low_priority)
+            return self.driver.call("cuStreamCreateWithPriority", flags, priority)
+
+    def stream_priority(self, low_priority: bool) -> int:
+        """The device's lowest stream priority, or its highest (``cuCtxGetStreamPriorityRange``,
+        read once, with a context current)."""
+        if self._priorities is None:
+            least, greatest = self.driver.call("cuCtxGetStreamPriorityRange")
+            self._priorities = (int(least), int(greatest))
+        return self._priorities[0 if low_priority else 1]
 
     def close(self) -> None:
         for ctx in self._contexts.values():
@@ -202,12 +216,14 @@ class GreenContextPool(ContextPool):
         label = f"green {granted} SMs " + ("(own split)" if own_split else f"(groups {key[0]}..{key[-1]})")
         return ExecContext(handle, granted, "green", label, green=green, groups=key)
 
-    def create_stream(self, ctx: ExecContext) -> Any:
+    def create_stream(self, ctx: ExecContext, low_priority: bool = False) -> Any:
         if ctx.green is not None and self.device.info.driver_version >= GREEN_STREAM_DRIVER:
             flags = self.driver.cu.CUstream_flags.CU_STREAM_NON_BLOCKING
-            return self.driver.call("cuGreenCtxStreamCreate", ctx.green, flags, 0)
+            with self.device.current(ctx.handle):
+                priority = self.stream_priority(low_priority)
+            return self.driver.call("cuGreenCtxStreamCreate", ctx.green, flags, priority)
         # 12.4 drivers: a stream created while the green context is current belongs to it.
-        return super().create_stream(ctx)
+        return super().create_stream(ctx, low_priority)
 
     def _destroy(self, ctx: ExecContext) -> None:
         self.driver.call("cuGreenCtxDestroy", ctx.green)

@@ -136,6 +136,7 @@ class BlessPolicy(Policy):
         caution_gain: float = CAUTION_GAIN,
         lend: bool = True,
         wake_when_due: bool = True,
+        background: bool = True,
     ) -> None:
         if squad_size < 1:
             raise ValueError(f"squad_size must be >= 1, got {squad_size}")
@@ -166,7 +167,7 @@ class BlessPolicy(Policy):
         self.caution_gain = caution_gain
         """Deadline pacing's :data:`~bless.core.scheduler.CAUTION_GAIN` (0: the projection always
         counts on the GPU the top frees, the ablation)."""
-        for name, flag in (("lend", lend), ("wake_when_due", wake_when_due)):
+        for name, flag in (("lend", lend), ("wake_when_due", wake_when_due), ("background", background)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be true or false, got {flag!r}")
         self.lend = lend
@@ -175,6 +176,9 @@ class BlessPolicy(Policy):
         late urgent request from the top's spare quota (False: the ablation)."""
         self.wake_when_due = wake_when_due
         """Pacing wakes when a waiting request must start (False: every window, the ablation)."""
+        self.background = background
+        """The earliest waiting request runs in the bubbles, in a low-priority stream (False: it
+        waits idle, the ablation)."""
         self._last_limit: dict[int, int | None] = {}
         """Per request id: SM limit of its latest launched kernel."""
         self.determiner: Determiner | None = None
@@ -185,6 +189,8 @@ class BlessPolicy(Policy):
         """Per profile (by id) and granted SMs of its contexts: kernel times in each of them."""
         self._stretch: dict[int, float] = {}
         """Per app index: the slowdown its neighbours' DRAM traffic is expected to cause."""
+        self._imposes: dict[int, float] = {}
+        """Per app index: the slowdown its DRAM traffic on the whole GPU causes a neighbour."""
         self._paced: dict[int, PacedRequest] = {}
         """Per request id: its deadline-pacing state (deadline, context row, when its launched
         kernels are expected to end), from its first step to its completion."""
@@ -210,6 +216,7 @@ class BlessPolicy(Policy):
         self._limits = tuple(sorted(n for n in self.context_limits(apps[0], gpu) if n is not None)) if apps else ()
         self._pace_tables = {}
         self._stretch = neighbour_stretch(apps, gpu)
+        self._imposes = imposed_stretch(apps, gpu)
         self._caution = {a.index: self._caution[a.index] for a in apps if a.index in self._caution}
         self._paced = {rid: self._rebased(p) for rid, p in self._paced.items()}
 
@@ -219,10 +226,22 @@ class BlessPolicy(Policy):
         app = paced.request.app
         tab = self.pace_table(app)
         row = tab.row_of(paced.table.row_sms[paced.row]) if paced.row >= 0 else -1
-        stretch = self._stretch.get(app.index, 1.0)
+        i = app.index
         return PacedRequest(
-            paced.request, paced.deadline, tab, app.quota * tab.sm_count, stretch, row, paced.busy_until, paced.windows
+            paced.request,
+            paced.deadline,
+            tab,
+            app.quota * tab.sm_count,
+            self._stretch.get(i, 1.0),
+            self._imposes.get(i, 1.0),
+            row,
+            paced.busy_until,
+            paced.windows,
         )
+
+    def low_priority(self, app: AppState) -> bool:
+        """Deadline pacing runs a waiting request in the bubbles, through a low-priority stream."""
+        return self.pacing == "deadline" and self.background
 
     def context_limits(self, app: AppState, gpu: GpuSpec) -> list[int | None]:
         """The unrestricted context plus one restricted context per level 1..max_level."""
@@ -297,8 +316,10 @@ class BlessPolicy(Policy):
             if app.best_effort:
                 deadline = math.inf
             tab = self.pace_table(app)
-            stretch = self._stretch.get(app.index, 1.0)
-            paced = self._paced[request.rid] = PacedRequest(request, deadline, tab, app.quota * tab.sm_count, stretch)
+            i = app.index
+            paced = self._paced[request.rid] = PacedRequest(
+                request, deadline, tab, app.quota * tab.sm_count, self._stretch.get(i, 1.0), self._imposes.get(i, 1.0)
+            )
         return paced
 
     def pace_table(self, app: AppState) -> PaceTable:
@@ -323,7 +344,14 @@ class BlessPolicy(Policy):
             if p.windows:
                 p.observe(now)
         launch = build_deadline_squad(
-            state, now, self.window, self._determiner().run_ends, self._caution, self.lend, self.wake_when_due
+            state,
+            now,
+            self.window,
+            self._determiner().run_ends,
+            self._caution,
+            self.lend,
+            self.wake_when_due,
+            self.background,
         )
         for e, row, d in zip(launch.launches, launch.rows, launch.durations):
             known[e.request.rid].decided(now, row, d)
@@ -346,6 +374,7 @@ class BlessPolicy(Policy):
             "caution_gain": self.caution_gain,
             "lend": self.lend,
             "wake_when_due": self.wake_when_due,
+            "background": self.background,
             "decide_per_launch": self.decision.per_launch,
             "decide_per_kernel": self.decision.per_kernel,
         }
@@ -356,13 +385,25 @@ def neighbour_stretch(apps: list[AppState], gpu: GpuSpec) -> dict[int, float]:
     (:meth:`~bless.hw.interference.InterferenceModel.stretch`) with every app at its quota's
     mean DRAM demand: a request's margin against its deadline."""
     model = InterferenceModel.for_gpu(gpu.name)
-    demand = {}
-    for a in apps:
-        p = a.profile
-        moved = float(np.dot([k.dram_util for k in p.kernels], p.t[-1]))
-        demand[a.index] = moved / a.iso_latency if a.iso_latency > 0 else 0.0
+    demand = {a.index: _dram_busy(a) / a.iso_latency if a.iso_latency > 0 else 0.0 for a in apps}
     total = sum(demand.values())
     return {i: float(model.stretch(u, total)) for i, u in demand.items()}  # plain floats for the hot loops
+
+
+def imposed_stretch(apps: list[AppState], gpu: GpuSpec) -> dict[int, float]:
+    """Per app index, the interference term a kernel with no DRAM demand of its own suffers
+    beside the app running alone on the whole GPU (at its mean DRAM demand there): what a
+    request of the app running in the bubbles may cost its neighbours.  The whole GPU's
+    demand, not its quota's: the bubbles may be most of the GPU (with its quota's, the
+    Fig. 15 8-app cells over ISO went from 14 to 18 of 24 on a quick re-run)."""
+    model = InterferenceModel.for_gpu(gpu.name)
+    return {a.index: float(model.stretch(0.0, _dram_busy(a) / float(a.profile.t[-1].sum()))) for a in apps}
+
+
+def _dram_busy(app: AppState) -> float:
+    """Seconds of peak DRAM bandwidth one request of ``app`` moves (its kernels on the whole GPU)."""
+    p = app.profile
+    return float(np.dot([k.dram_util for k in p.kernels], p.t[-1]))
 
 
 def semi_sp_plans(

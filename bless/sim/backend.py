@@ -182,8 +182,8 @@ class SimBackend(Backend):
         label = "all SMs" if ctx.sm_limit is None else f"{self.mechanism} {granted} SMs"
         return Placement(label, granted, run.sms)
 
-    def create_stream(self, context: Context) -> Stream:
-        return self.engine.create_stream(context)
+    def create_stream(self, context: Context, *, low_priority: bool = False) -> Stream:
+        return self.engine.create_stream(context, low_priority=low_priority)
 
     # ------------------------------------------------------------ work
     def launch(

@@ -43,6 +43,16 @@ kernel progresses at a constant rate; rates are recomputed at every event:
   relative to that share (``u / share``) and a kernel alone that would need
   more than the share stretches to ``u / share`` of its time (bandwidth bound).
   At the default share of 1 nothing changes.
+* **Stream priorities.**  A stream created ``low_priority`` gets SMs only after
+  the running kernels of ordinary streams have taken theirs, in launch order
+  among themselves; as every share, this is given out again at each event, so
+  an ordinary kernel that starts takes back SMs a low-priority one held.  The
+  hardware does the same at block granularity: pending blocks of higher-priority
+  streams are dispatched first (CUDA C++ Programming Guide, "Stream
+  Priorities"), and the SMs a low-priority kernel's resident blocks hold come
+  free when those blocks end, which the fluid model does at once (our
+  assumption: optimistic by up to one of its blocks' durations).  Its
+  interference is not lowered: its DRAM traffic counts as any kernel's.
 * **Best-effort contexts** (Tally, Zhao et al., ASPLOS'25).  A context created
   ``best_effort`` runs its kernels only while no kernel of an ordinary context
   runs or is ready, and one at a time.  Each is launched transformed
@@ -84,6 +94,10 @@ def _lowest_bits(mask: int, n: int) -> int:
         else:
             lo = mid + 1
     return mask & ((1 << lo) - 1)
+
+
+def _low_priority(run: KernelRun) -> bool:
+    return run.stream.low_priority
 
 
 class Context:
@@ -206,11 +220,13 @@ class KernelRun:
 class Stream:
     """An in-order queue of kernels bound to a context."""
 
-    __slots__ = ("busy", "context", "engine", "ops", "ready_at", "sid")
+    __slots__ = ("busy", "context", "engine", "low_priority", "ops", "ready_at", "sid")
 
-    def __init__(self, sid: int, context: Context, engine: Engine) -> None:
+    def __init__(self, sid: int, context: Context, engine: Engine, low_priority: bool = False) -> None:
         self.sid = sid
         self.context = context
+        self.low_priority = low_priority
+        """Its kernels get only the SMs ordinary streams' kernels leave (the module docstring)."""
         self.ops: deque[KernelRun] = deque()
         self.busy = False
         self.ready_at = 0.0
@@ -264,6 +280,8 @@ class Engine:
         """Kernels ended since the SMs were last given out (re-allocated before time moves)."""
         self._best_effort = False
         """True once a best-effort context exists: kernel starts are then gated."""
+        self._low_priority = False
+        """True once a low-priority stream exists: SMs then go to ordinary streams first."""
         self._be_running: KernelRun | None = None
         """The best-effort kernel on the device (at most one)."""
         self.stats = EngineStats()
@@ -291,8 +309,11 @@ class Engine:
         self._contexts += 1
         return Context(self._contexts, sm_limit, label, sm_set, best_effort)
 
-    def create_stream(self, context: Context) -> Stream:
-        s = Stream(len(self.streams), context, self)
+    def create_stream(self, context: Context, *, low_priority: bool = False) -> Stream:
+        """An in-order stream in ``context``; ``low_priority``: its kernels get only the SMs
+        ordinary streams' kernels leave."""
+        self._low_priority = self._low_priority or low_priority
+        s = Stream(len(self.streams), context, self, low_priority)
         self.streams.append(s)
         return s
 
@@ -479,7 +500,8 @@ class Engine:
         return math.inf
 
     def _allocate(self) -> None:
-        """Give SMs in launch order, then set each kernel's progress rate.
+        """Give SMs in launch order (ordinary streams' kernels first), then set each kernel's
+        progress rate.
 
         A kernel holds ``min(max_sms, avail)`` SMs, where ``avail`` is what its
         context still has free: the GPU's free SMs, less what the context's
@@ -496,6 +518,8 @@ class Engine:
         capped: dict[int, int] | None = None
         self._stale = False
         running = self.running
+        if self._low_priority:
+            running = sorted(running, key=_low_priority)  # stable: launch order within each
         now = self.now
         for r in running:
             k = r.kernel
