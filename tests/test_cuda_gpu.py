@@ -35,6 +35,8 @@ def test_gpu_check_runs_its_checks_on_the_fake_driver(tmp_path, monkeypatch):
     assert checks["VMM memory shared across contexts"].status == "PASS"
     assert checks["launch overhead (host)"].data["launch_us"] > 0
     assert checks["context-switch and event latency"].data["cross_stream_event_us"] >= 0
+    # The fake runs every stream's kernels independently: no SM to contend for, only the numbers.
+    assert set(checks["stream priorities"].data) == {"same context", "restricted context"}
     assert checks["per-context memory"].status == "PASS"
     assert checks["MPS contexts"].status == "SKIP"
     assert checks["two-app BLESS run (GPU vs simulator)"].status == "SKIP"
@@ -56,6 +58,16 @@ def test_green_contexts_split_disjoint_sms_on_the_gpu(tmp_path):
     profile = gpu_check.write_check_app(tmp_path, backend.gpu.name, backend.device.info.sm_count)
     apps = [backend.deploy(profile), backend.deploy(profile)]
     check = gpu_check.check_green_split(backend, apps)
+    backend.close()
+    assert check.status == "PASS", check.detail
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_low_priority_backlog_does_not_hold_back_an_ordinary_kernel_on_the_gpu(tmp_path):
+    backend = CudaBackend()
+    app = backend.deploy(gpu_check.write_check_app(tmp_path, backend.gpu.name, backend.device.info.sm_count))
+    check = gpu_check.check_stream_priority(backend, app)
     backend.close()
     assert check.status == "PASS", check.detail
 

@@ -12,7 +12,9 @@ with a small app whose kernels are written here by hand in PTX:
   ids it wrote is the context's SM set;
 * ``add_one`` adds 1 to every element of a buffer (VMM sharing: the same
   arena incremented from several contexts);
-* ``empty`` (launch overhead) and ``spin`` (a backlog of known length).
+* ``empty`` (launch overhead) and ``spin`` (a backlog of known length), the
+  latter also launched wide (many waves of 1024-thread blocks): a backlog on a
+  low-priority stream that an ordinary stream's kernel should not wait behind.
 
 MPS needs the daemon running before the driver initialises, so the MPS
 check starts a daemon in a temporary state directory and runs its part in a
@@ -126,7 +128,8 @@ BLOCKS_PER_SM = 4
 SMID_SPIN_CYCLES = 20_000  # ~10 us at H100 clocks (1.98 GHz boost, NVIDIA H100 whitepaper)
 SPIN_CYCLES = 40_000  # ~20 us: longer than one host launch, so streams are backed up behind it
 ADD_N = 4096
-K_SMID, K_ADD, K_EMPTY, K_SPIN = range(4)
+WIDE_BLOCKS_PER_SM = 32  # 1024-thread blocks: at most 2 resident per SM, so ~16 waves of ~20 us
+K_SMID, K_ADD, K_EMPTY, K_SPIN, K_WIDE = range(5)
 
 
 @dataclass
@@ -176,6 +179,13 @@ def write_check_app(root: Path, gpu: str, sm_count: int) -> Profile:
                 "image": 0,
                 "grid": [1, 1, 1],
                 "block": [32, 1, 1],
+                "args": [{"scalar": SPIN_CYCLES, "dtype": "uint64"}],
+            },
+            {
+                "kernel": "spin",
+                "image": 0,
+                "grid": [WIDE_BLOCKS_PER_SM * sm_count, 1, 1],
+                "block": [1024, 1, 1],
                 "args": [{"scalar": SPIN_CYCLES, "dtype": "uint64"}],
             },
         ],
@@ -403,6 +413,49 @@ def check_latencies(backend, app) -> Check:
     return Check("context-switch and event latency", "PASS", detail, data)
 
 
+def check_stream_priority(backend, app) -> Check:
+    """A backlog on a low-priority stream (deadline pacing runs a waiting request there, in the
+    bubbles) does not hold back a kernel of an ordinary stream: its blocks are dispatched before
+    the backlog's remaining ones (CUDA C++ Programming Guide, "Stream Priorities").  Measured as
+    when a one-block kernel launched just after a many-wave kernel ends, from the wide kernel's
+    start, with the wide kernel on a low-priority and on an ordinary stream; the probe runs in the
+    same (unrestricted) context and in a restricted one, as an app's restricted kernels would."""
+    gpu = backend.gpu
+    primary = backend.create_context(app, None)
+    restricted = backend.create_context(app, gpu.sms_for_level(9, backend.mechanism))
+    low, other = backend.create_stream(primary, low_priority=True), backend.create_stream(primary)
+    probes = {"same context": backend.create_stream(primary), "restricted context": backend.create_stream(restricted)}
+
+    def waits(backlog, probe) -> tuple[float, float]:
+        done, wide_len = [], []
+        for _ in range(10):
+            backend.synchronize()
+            wide = backend.launch(backlog, app, K_WIDE, timed=True)
+            p = backend.launch(probe, app, K_SPIN, timed=True)
+            backend.synchronize()
+            done.append(p.end - wide.start)
+            wide_len.append(wide.end - wide.start)
+        return statistics.median(done), statistics.median(wide_len)
+
+    data: dict[str, Any] = {}
+    for where, probe in probes.items():
+        behind_low, wide = waits(low, probe)
+        behind_ordinary, _ = waits(other, probe)
+        data[where] = {
+            "probe_done_behind_low_priority_us": us(behind_low),
+            "probe_done_behind_ordinary_us": us(behind_ordinary),
+            "wide_kernel_us": us(wide),
+        }
+    same = data["same context"]
+    ok = same["probe_done_behind_low_priority_us"] < 0.5 * same["probe_done_behind_ordinary_us"]
+    detail = "; ".join(
+        f"{where}: probe done {d['probe_done_behind_low_priority_us']} us after a low-priority "
+        f"{d['wide_kernel_us']}-us backlog started, {d['probe_done_behind_ordinary_us']} us after an ordinary one"
+        for where, d in data.items()
+    )
+    return Check("stream priorities", "PASS" if ok else "FAIL", detail, data)
+
+
 def check_context_memory(backend) -> Check:
     mem = backend.context_memory
     if not mem:
@@ -575,6 +628,7 @@ def run_checks(backend, run_seconds: float | None, profiles: Path | None = None)
         checks.append(guarded("VMM memory shared across contexts", lambda: check_vmm_sharing(backend, apps[0])))
         checks.append(guarded("launch overhead (host)", lambda: check_launch_overhead(backend, apps[0])))
         checks.append(guarded("context-switch and event latency", lambda: check_latencies(backend, apps[0])))
+        checks.append(guarded("stream priorities", lambda: check_stream_priority(backend, apps[0])))
         checks.append(check_context_memory(backend))
         mechanism = backend.mechanism
         backend.close()
