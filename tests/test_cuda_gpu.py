@@ -64,20 +64,17 @@ def test_green_contexts_split_disjoint_sms_on_the_gpu(tmp_path):
 
 @pytest.mark.gpu
 @needs_gpu
-def test_a_low_priority_backlog_does_not_hold_back_an_ordinary_kernel_on_the_gpu(tmp_path):
+@pytest.mark.parametrize(
+    "check_name",
+    [
+        "check_vmm_sharing",  # memory is shared across contexts
+        "check_stream_priority",  # a low-priority backlog does not hold back an ordinary kernel
+    ],
+)
+def test_one_app_checks_pass_on_the_gpu(tmp_path, check_name):
     backend = CudaBackend()
     app = backend.deploy(gpu_check.write_check_app(tmp_path, backend.gpu.name, backend.device.info.sm_count))
-    check = gpu_check.check_stream_priority(backend, app)
-    backend.close()
-    assert check.status == "PASS", check.detail
-
-
-@pytest.mark.gpu
-@needs_gpu
-def test_memory_is_shared_across_contexts_on_the_gpu(tmp_path):
-    backend = CudaBackend()
-    app = backend.deploy(gpu_check.write_check_app(tmp_path, backend.gpu.name, backend.device.info.sm_count))
-    check = gpu_check.check_vmm_sharing(backend, app)
+    check = getattr(gpu_check, check_name)(backend, app)
     backend.close()
     assert check.status == "PASS", check.detail
 
