@@ -428,13 +428,17 @@ def test_pacing_prices_each_app_at_the_sms_its_contexts_were_granted():
 def test_the_earliest_waiting_request_runs_in_the_bubbles_while_the_others_can_afford_it():
     """A request that can wait streams a short window into the low-priority stream of its
     unrestricted context, where it takes only the SMs the others leave: the earliest waiting
-    request only, and only while every request launched beside it, slowed by its interference
-    on the whole GPU as well, still meets its deadline with a window to spare."""
+    request of an app within its share only, and only while every request launched beside it,
+    slowed by its interference on the whole GPU as well, still meets its deadline with a window
+    to spare."""
     gpu = get_gpu("a100")
     table = PaceTable((54,), gpu.sm_count, np.cumsum(np.ones((2, 41)), axis=1) - 1.0)  # 40 kernels of 1 s
     apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 1 / 3) for i in range(3)]
 
-    def launches(top_deadline, background=True):
+    def launches(top_deadline, background=True, backlog=False):
+        apps[1].queue.clear()
+        if backlog:
+            apps[1].submit(Request(9, apps[1], 0.0))  # a request waits behind app 1's
         top = PacedRequest(Request(0, apps[0], 0.0), top_deadline, table, 36.0, 1.0)
         waiting = [PacedRequest(Request(i, apps[i], 0.0), 200.0 + i, table, 36.0, 1.0, 1.2) for i in (1, 2)]
         out = build_deadline_squad([top, *waiting], 0.0, 1.0, background=background).launches
@@ -444,6 +448,7 @@ def test_the_earliest_waiting_request_runs_in_the_bubbles_while_the_others_can_a
     assert launches(49.5) == [(0, None, False), (1, None, True)]
     assert launches(48.5) == [(0, None, False)]  # it cannot afford the interference
     assert launches(49.5, background=False) == [(0, None, False)]  # the ablation: waiting is idle
+    assert launches(49.5, backlog=True) == [(0, None, False), (2, None, True)]  # app 1 is over its share
 
 
 def test_running_in_the_bubbles_keeps_a_heavy_mix_at_iso():
