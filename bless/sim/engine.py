@@ -96,10 +96,6 @@ def _lowest_bits(mask: int, n: int) -> int:
     return mask & ((1 << lo) - 1)
 
 
-def _low_priority(run: KernelRun) -> bool:
-    return run.stream.low_priority
-
-
 class Context:
     """An execution context: unrestricted, capped at n SMs (MPS), or bound to an SM set (green).
 
@@ -443,11 +439,22 @@ class Engine:
             if len(started) > 1:
                 started.sort(key=lambda r: (r.issue_time, r.stream.sid))
             for r in started:
-                self._seq += 1
-                r.seq = self._seq
-                self.running.append(r)
+                self._enter(r)
             self._allocate()
         return nxt
+
+    def _enter(self, run: KernelRun) -> None:
+        """Number a started kernel and add it to the running ones, which stay in the order
+        :meth:`_allocate` gives out SMs in: launch order, ordinary streams' kernels before
+        low-priority ones (kept here, at each start, rather than sorted at every event)."""
+        self._seq += 1
+        run.seq = self._seq
+        running = self.running
+        i = len(running)
+        if self._low_priority and not run.stream.low_priority:
+            while i and running[i - 1].stream.low_priority:
+                i -= 1
+        running.insert(i, run)
 
     def _best_effort_turn(self, waiting: list[Stream], started: list[KernelRun], limit: float) -> float:
         """Tally's gate: yield the best-effort kernel to ordinary work, or start one if none is about.
@@ -492,16 +499,14 @@ class Engine:
         if r.ready is None:
             r.ready = self.now
         r.resume_at = math.inf
-        self._seq += 1
-        r.seq = self._seq
-        self.running.append(r)
+        self._enter(r)
         self._be_running = r
         self._allocate()
         return math.inf
 
     def _allocate(self) -> None:
-        """Give SMs in launch order (ordinary streams' kernels first), then set each kernel's
-        progress rate.
+        """Give SMs in the running kernels' order (launch order, ordinary streams' kernels
+        first: :meth:`_enter`), then set each kernel's progress rate.
 
         A kernel holds ``min(max_sms, avail)`` SMs, where ``avail`` is what its
         context still has free: the GPU's free SMs, less what the context's
@@ -518,8 +523,6 @@ class Engine:
         capped: dict[int, int] | None = None
         self._stale = False
         running = self.running
-        if self._low_priority:
-            running = sorted(running, key=_low_priority)  # stable: launch order within each
         now = self.now
         for r in running:
             k = r.kernel
