@@ -65,7 +65,9 @@ def test_bert_keeps_its_iso_latency_beside_an_overloaded_resnet101(times):
     """BERT scales worst of the apps we ship and suffers most from a neighbour's DRAM traffic:
     beside ResNet-101 at 1x and 5x its quota's throughput it was 2.9 % and 1.5 % over ISO while
     ResNet-101, on time in its own ISO queue, held the earlier deadlines and lent BERT only what
-    BERT's expected stretch said it needed, and only once BERT had been late."""
+    BERT's expected stretch said it needed, and only once BERT had been late; then 1.010x at 1x
+    while ResNet-101, taking the top as BERT's last kernels were still queued, ran its kernels
+    unrestricted over them."""
     neighbour = {"app": "resnet101", "quota": 0.5, "load": "B"}
     config = {"gpu": "a100", "duration": 3.0, "warmup": 0.0, "seed": 0, "noise": 0.02, "policy": "bless"}
     share = 1 / load_app("resnet101", "a100").latency_at_quota(0.5)
@@ -73,7 +75,8 @@ def test_bert_keeps_its_iso_latency_beside_an_overloaded_resnet101(times):
     bert, resnet = run_config(
         config_from_dict({**config, "apps": [{"app": "bert", "quota": 0.5, "load": "B"}, neighbour]})
     ).apps
-    assert bert.mean <= 1.01 * bert.iso_latency, bert.mean / bert.iso_latency
+    steady = bert.latencies[bert.arrivals >= 0.5].mean()  # once ResNet-101's backlog has built up
+    assert steady <= bert.iso_latency, steady / bert.iso_latency
     assert served_rate(resnet, 3.0) >= 0.9 * share, served_rate(resnet, 3.0) / share
 
 
@@ -200,6 +203,34 @@ def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
     assert squad(90.0, backlog=False) == {0: None, 1: "bubbles"}  # within its share: the top; the other waits
     assert squad(20.0, backlog=True) == {0: 36, 1: None}  # lends the 18 SMs the top's deadline needs
     assert squad(20.0, backlog=False) == {0: 54, 1: None}  # an on-time app lends only to a late top
+
+
+def test_an_app_over_its_share_yields_the_sms_to_the_last_kernels_of_one_within_it():
+    """A request with all its kernels launched still needs SMs for those queued: the top of an
+    app over its share then runs in its unrestricted context's low-priority stream, on the
+    SMs they leave (in an ordinary stream its kernels would take the SMs they wait for; at its
+    quota it would lose the ones they leave); once they are done, or beside a request of an app
+    within its share, it runs as any top."""
+    gpu = get_gpu("a100")
+    per_kernel = [108 / n for n in (36, 54, 72, 108)]  # 40 kernels that scale linearly: 1 s each on 108 SMs
+    table = PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
+    apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2)]
+
+    def squad(queued_until, backlog):
+        apps[1].queue.clear()
+        if backlog:
+            apps[1].submit(Request(9, apps[1], 0.0))
+        done = PacedRequest(Request(0, apps[0], 0.0), 50.0, table, 54.0, 1.0)
+        done.request.scheduled = 40  # all launched, the last expected to end at ``queued_until``
+        done.busy_until = queued_until
+        # 80 s at its quota's 54 SMs, deadline 70 s: it cannot wait.
+        other = PacedRequest(Request(1, apps[1], 0.0), 70.0, table, 54.0, 1.0)
+        launches = build_deadline_squad([done, other], 0.0, 1.0).launches
+        return [(e.request.rid, e.sm_limit, e.low_priority) for e in launches]
+
+    assert squad(3.0, backlog=True) == [(1, None, True)]  # over its share: on what the queued kernels leave
+    assert squad(0.0, backlog=True) == [(1, None, False)]  # the earlier request has ended
+    assert squad(3.0, backlog=False) == [(1, None, False)]  # within its share: the top as usual
 
 
 def test_a_long_app_beside_a_short_one_keeps_its_iso_latency():
