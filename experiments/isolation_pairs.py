@@ -3,11 +3,14 @@
 ``isolation.yaml`` sweeps one neighbour's load beside one app (ResNet50 beside BERT).  This
 script asks the same question of every ordered pair of the five shipped apps: the victim on a
 closed loop B at 1/2, the neighbour at 1/2 under Poisson arrivals at 1x and 5x its quota's
-throughput (1/T[50 %]).  Per cell it reports the victim's mean over its ISO target and the
-neighbour's service: its measured requests over the time from the warmup to the last one's
-end, in multiples of its quota's throughput (at 1x the ISO run's own queue grows without
-bound, so a little under 1 is what ISO gives too).  The issue's promise: the victim at or
-below ISO (1 % tolerance) and the neighbour at its quota's throughput or more.
+throughput (1/T[50 %]).  Per cell it reports the victim's mean over its ISO target (its
+requests arriving after the warmup) and the neighbour's service: its requests done between
+the warmup and the end of the arrivals, while both apps run, per second, in multiples of its
+quota's throughput (at 1x the ISO run's own queue grows without bound, so a little under 1 is
+what ISO gives too; ISO is run for reference).  Counting its requests over the time to drain
+them instead includes the drain after the arrivals and the victim's loop stop, with the GPU
+to itself, and read 1.06-1.36x for BLESS where this reads 0.84-1.01x.  The issue's promise:
+the victim at or below ISO (1 % tolerance) and the neighbour at its quota's throughput or more.
 
     python experiments/isolation_pairs.py > experiments/results/isolation_pairs.md   # ~2 min on 2 cores
 """
@@ -25,11 +28,14 @@ from bless.harness.run import run_config
 from bless.profiles.catalog import load_app
 
 APPS = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
-POLICIES = ("bless", "gslice", "unbound")
+POLICIES = ("bless", "gslice", "unbound", "iso")
 TIMES = (1, 5)
 GPU = "a100"
 WARMUP = 0.5
-BASE = {"gpu": GPU, "duration": 3.0, "warmup": WARMUP, "seed": 0, "noise": 0.02}
+DURATION = 3.0
+BASE = {"gpu": GPU, "duration": DURATION, "warmup": 0.0, "seed": 0, "noise": 0.02}
+"""Every request is kept (warmup 0): the neighbour's done between ``WARMUP`` and ``DURATION`` count
+whenever they arrived; the victim's count from those arriving after ``WARMUP``."""
 
 
 def share(app: str) -> float:
@@ -46,9 +52,10 @@ def run(victim: str, neighbour: str, times: int, policy: str) -> tuple[float, fl
         {"app": neighbour, "quota": 0.5, "load": {"type": "poisson", "rate": rate}},
     ]
     mine, theirs = run_config(config_from_dict({**BASE, "policy": policy, "apps": apps})).apps
+    victim = float(mine.latencies[mine.arrivals >= WARMUP].mean())
     ends = theirs.arrivals + theirs.latencies
-    served = len(ends) / (float(ends.max()) - WARMUP) if len(ends) else 0.0
-    return mine.mean / mine.iso_latency, served / quota_rate
+    served = float(np.sum((ends > WARMUP) & (ends <= DURATION))) / (DURATION - WARMUP)
+    return victim / mine.iso_latency, served / quota_rate
 
 
 def main(argv: list[str] | None = None) -> int:
