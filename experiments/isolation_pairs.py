@@ -52,10 +52,10 @@ def run(victim: str, neighbour: str, times: int, policy: str) -> tuple[float, fl
         {"app": neighbour, "quota": 0.5, "load": {"type": "poisson", "rate": rate}},
     ]
     mine, theirs = run_config(config_from_dict({**BASE, "policy": policy, "apps": apps})).apps
-    victim = float(mine.latencies[mine.arrivals >= WARMUP].mean())
+    mean = float(mine.latencies[mine.arrivals >= WARMUP].mean())
     ends = theirs.arrivals + theirs.latencies
     served = float(np.sum((ends > WARMUP) & (ends <= DURATION))) / (DURATION - WARMUP)
-    return victim / mine.iso_latency, served / quota_rate
+    return mean / mine.iso_latency, served / quota_rate
 
 
 def main(argv: list[str] | None = None) -> int:
