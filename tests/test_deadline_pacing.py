@@ -96,7 +96,7 @@ def test_an_overloaded_neighbour_leaves_any_app_its_iso_latency(victim, neighbou
     apps[1]["load"] = {"type": "poisson", "rate": 5 * share}
     mine, theirs = run_config(config_from_dict(config)).apps
     assert mine.mean <= mine.iso_latency
-    assert served_rate(theirs, 1.5) >= 0.9 * share
+    assert served_rate(theirs, 1.5) >= 0.95 * share, served_rate(theirs, 1.5) / share
 
 
 def test_the_paper_rule_lets_an_overloaded_neighbour_take_the_gpu():
@@ -180,8 +180,10 @@ def test_a_late_latency_critical_request_still_goes_before_best_effort_work():
 def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
     """An app with requests queued behind its active one has its quota's throughput to claim,
     not the top: a neighbour within its share keeps the top even with the later deadline, and
-    takes from it the SMs its deadline needs beyond its quota (with a window to spare) whether
-    or not its own app has been late; the overloaded request runs at its quota when urgent."""
+    takes from it the SMs its deadline needs beyond its quota whether or not its own app has
+    been late (with a window to spare only if it has: the margin cost the overloaded app its
+    quota's rate where the top did not need it); the overloaded request runs at its quota when
+    urgent."""
     gpu = get_gpu("a100")
     per_kernel = [108 / n for n in (36, 54, 72, 108)]  # 40 kernels that scale linearly: 1 s each on 108 SMs
     table = PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
@@ -202,6 +204,7 @@ def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
     assert squad(90.0, backlog=True) == {0: 54, 1: None}  # behind the later deadline, at its quota
     assert squad(90.0, backlog=False) == {0: None, 1: "bubbles"}  # within its share: the top; the other waits
     assert squad(20.0, backlog=True) == {0: 36, 1: None}  # lends the 18 SMs the top's deadline needs
+    assert squad(18.5, backlog=True) == {0: 36, 1: None}  # exactly: the top's app has not been late
     assert squad(20.0, backlog=False) == {0: 54, 1: None}  # an on-time app lends only to a late top
 
 
