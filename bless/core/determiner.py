@@ -391,7 +391,7 @@ class Determiner:
         priced beside the others' kernels over its whole length, as it will run (their
         requests go on), not beside their windows alone, which end at other times and would
         leave it alone for a while (restricted windows priced so ran 6-15 % longer than
-        priced, against 1 % once priced beside what follows)."""
+        priced, against 2-9 % once priced beside what follows)."""
         # One array for the five columns, filled column by column, split inside compiled
         # code (this is on deadline pacing's per-step path, where each NumPy call costs half
         # a microsecond; the integers are exact in float64).
@@ -519,9 +519,9 @@ def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, mark, 
     (``1 <= mark[j] <= cnt[j]``); until then a request past its mark runs on, as its later
     kernels would beside the others'.  A walk that reaches ``horizon`` stops there, and each
     request short of its mark ends it at the pace it kept so far (its kernels' times in its
-    context, stretched by how much longer it has taken than those times).  ``sets``: restricted contexts are SM
-    sets (green contexts), where a kernel holding all the SMs it can use runs at full
-    speed.
+    context, stretched by how much longer it has taken than those times).  ``sets``:
+    restricted contexts are SM sets (green contexts), where a kernel holding all the SMs it
+    can use runs at full speed.
     """
     k = g0.shape[0]
     sms = dense.shape[1] - 1

@@ -463,15 +463,10 @@ def build_deadline_squad(
         return PacedLaunch((), (), (), (), math.inf)
     classes = [_standing(p, now) for p in live]
     if any(classes):  # a stable sort: deadline order within each standing
-        ranked = sorted(zip(classes, live), key=_first)
-        live = [p for _, p in ranked]
-        classes = [c for c, _ in ranked]
+        live = [p for _, p in sorted(zip(classes, live), key=_first)]
     wake = math.inf if wake_when_due else now + window
     # Who runs: the earliest deadline, and every request that cannot wait a window.
     top = live[0]
-    # Over its share, the top yields the SMs to the last kernels of a request within its share
-    # where they would otherwise miss its deadline.
-    yields = classes[0] >= 2 and _tail_at_risk(requests, top, now, window, price)
     urgent = []  # (request, row of its quota's context, time left to its deadline)
     waiting = None  # the earliest request that can wait, of an app within its share (not best-effort)
     spare = top.table.sm_count - top.quota_sms  # SMs the quotas of the top and the urgent leave
@@ -554,6 +549,9 @@ def build_deadline_squad(
     if waiting is None and min(refills) > now + max(_TICK, REFILL_SLACK * window):
         return PacedLaunch((), (), (), (), min(wake, *refills))  # every one has enough queued
     counts = [_window_count(p, row, w) for (p, row), w in zip(picked, windows)]
+    # Over its share, the top yields the SMs to the last kernels of a request within its share
+    # where they would otherwise miss its deadline (asked only of a step that launches).
+    yields = _standing(top, now) >= 2 and _tail_at_risk(requests, top, now, window, price)
     priced = None
     if price is not None and len(picked) > 1 and not yields:  # none is best-effort: windows are ``window``
         row, counts[0], priced = _top_row(
