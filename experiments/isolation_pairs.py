@@ -13,6 +13,11 @@ to itself, and read 1.06-1.36x for BLESS where this reads 0.84-1.01x.  The issue
 the victim at or below ISO (1 % tolerance) and the neighbour at its quota's throughput or more.
 
     python experiments/isolation_pairs.py > experiments/results/isolation_pairs.md   # ~2 min on 2 cores
+
+The same cells on a GPU, with profiles measured there (``PROFILES/<app>.json``), one run at a time::
+
+    python experiments/isolation_pairs.py --backend cuda --gpu h100 --mechanism green \
+        --profiles PROFILES --apps resnet50,bert,vgg11 --times 5 --jobs 1
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from __future__ import annotations
 import argparse
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -30,28 +37,48 @@ from bless.profiles.catalog import load_app
 APPS = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
 POLICIES = ("bless", "gslice", "unbound", "iso")
 TIMES = (1, 5)
-GPU = "a100"
 WARMUP = 0.5
 DURATION = 3.0
-BASE = {"gpu": GPU, "duration": DURATION, "warmup": 0.0, "seed": 0, "noise": 0.02}
-"""Every request is kept (warmup 0): the neighbour's done between ``WARMUP`` and ``DURATION`` count
-whenever they arrived; the victim's count from those arriving after ``WARMUP``."""
 
 
-def share(app: str) -> float:
+@dataclass(frozen=True)
+class Bench:
+    """Where the cells run: the GPU model, the backend, its mechanism and the profiles' folder."""
+
+    gpu: str = "a100"
+    backend: str = "sim"
+    mechanism: str | None = None
+    profiles: Path | None = None
+    """A folder of ``<app>.json`` profiles (measured on a GPU, say); None: the shipped ones."""
+
+    def app(self, name: str) -> str:
+        return str(self.profiles / f"{name}.json") if self.profiles else name
+
+    def base(self) -> dict[str, object]:
+        """Every request is kept (warmup 0): the neighbour's done between ``WARMUP`` and
+        ``DURATION`` count whenever they arrived; the victim's count from those arriving after
+        ``WARMUP``."""
+        base: dict[str, object] = {"gpu": self.gpu, "backend": self.backend, "duration": DURATION}
+        base.update(warmup=0.0, seed=0, noise=0.02)
+        if self.mechanism:
+            base["mechanism"] = self.mechanism
+        return base
+
+
+def share(bench: Bench, app: str) -> float:
     """Requests per second the app's quota of 1/2 serves alone: 1 / T[50 %]."""
-    return 1.0 / load_app(app, GPU).latency_at_quota(0.5)
+    return 1.0 / load_app(bench.app(app), bench.gpu).latency_at_quota(0.5)
 
 
-def run(victim: str, neighbour: str, times: int, policy: str) -> tuple[float, float]:
+def run(bench: Bench, victim: str, neighbour: str, times: int, policy: str) -> tuple[float, float]:
     """The victim's mean over its ISO target and the neighbour's service over its quota's throughput."""
-    quota_rate = share(neighbour)
+    quota_rate = share(bench, neighbour)
     rate = times * quota_rate
     apps = [
-        {"app": victim, "quota": 0.5, "load": "B"},
-        {"app": neighbour, "quota": 0.5, "load": {"type": "poisson", "rate": rate}},
+        {"app": bench.app(victim), "quota": 0.5, "load": "B"},
+        {"app": bench.app(neighbour), "quota": 0.5, "load": {"type": "poisson", "rate": rate}},
     ]
-    mine, theirs = run_config(config_from_dict({**BASE, "policy": policy, "apps": apps})).apps
+    mine, theirs = run_config(config_from_dict({**bench.base(), "policy": policy, "apps": apps})).apps
     mean = float(mine.latencies[mine.arrivals >= WARMUP].mean())
     ends = theirs.arrivals + theirs.latencies
     served = float(np.sum((ends > WARMUP) & (ends <= DURATION))) / (DURATION - WARMUP)
@@ -60,25 +87,44 @@ def run(victim: str, neighbour: str, times: int, policy: str) -> tuple[float, fl
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.parse_args(argv)
-    jobs = [(v, n, t, p) for v in APPS for n in APPS for t in TIMES for p in POLICIES]
-    with ProcessPoolExecutor(2) as pool:
-        results = dict(zip(jobs, pool.map(run, *zip(*jobs))))
-    for times in TIMES:
+    ap.add_argument("--gpu", default="a100", help="GPU model (default a100)")
+    ap.add_argument("--backend", default="sim", choices=("sim", "cuda"))
+    ap.add_argument("--mechanism", choices=("mps", "green"), help="default: the backend's own choice")
+    ap.add_argument("--profiles", type=Path, help="folder of <app>.json profiles (default: the shipped ones)")
+    ap.add_argument("--apps", default=",".join(APPS), help="comma-separated apps; every ordered pair runs")
+    ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policies")
+    ap.add_argument("--times", default=",".join(map(str, TIMES)), help="neighbour's load, multiples of its share")
+    ap.add_argument("--jobs", type=int, default=2, help="runs at a time (1 on a GPU)")
+    args = ap.parse_args(argv)
+    bench = Bench(args.gpu, args.backend, args.mechanism, args.profiles)
+    apps, policies = args.apps.split(","), args.policies.split(",")
+    times_list = [int(t) for t in args.times.split(",")]
+    jobs = [(v, n, t, p) for v in apps for n in apps for t in times_list for p in policies]
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            cells = list(pool.map(run, [bench] * len(jobs), *zip(*jobs)))
+    else:
+        cells = []
+        for job in jobs:  # one at a time (a GPU): each cell to stderr as it ends, so a run stopped early keeps them
+            cells.append(run(bench, *job))
+            print(*job, "{:.3f} {:.2f}".format(*cells[-1]), file=sys.stderr, flush=True)
+    results = dict(zip(jobs, cells))
+    for times in times_list:
         print(f"\n## Neighbour at {times}x its quota's throughput: victim's mean / ISO; neighbour served / quota\n")
-        print("| victim beside neighbour | " + " | ".join(POLICIES) + " |")
-        print("|---|" + "---|" * len(POLICIES))
-        for v in APPS:
-            for n in APPS:
-                cells = [results[v, n, times, p] for p in POLICIES]
-                print(f"| {v} beside {n} | " + " | ".join(f"{x:.3f} / {s:.2f}" for x, s in cells) + " |")
+        print("| victim beside neighbour | " + " | ".join(policies) + " |")
+        print("|---|" + "---|" * len(policies))
+        for v in apps:
+            for n in apps:
+                row = [results[v, n, times, p] for p in policies]
+                print(f"| {v} beside {n} | " + " | ".join(f"{x:.3f} / {s:.2f}" for x, s in row) + " |")
     print()
-    for p in POLICIES:
+    for p in policies:
+        top = max(times_list)
         victims = np.array([results[j][0] for j in jobs if j[3] == p])
-        served = np.array([results[j][1] for j in jobs if j[3] == p and j[2] > 1])
+        served = np.array([results[j][1] for j in jobs if j[3] == p and j[2] == top])
         print(
             f"{p}: victims over ISO by more than 1 %: {int(np.sum(victims > 1.01))} of {len(victims)} "
-            f"(worst {victims.max():.3f}); neighbours at 5x served at {served.min():.2f}-{served.max():.2f}x "
+            f"(worst {victims.max():.3f}); neighbours at {top}x served at {served.min():.2f}-{served.max():.2f}x "
             "their quota's throughput."
         )
     return 0

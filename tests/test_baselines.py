@@ -13,6 +13,7 @@ from bless.harness.loads import ClosedLoop, Poisson
 from bless.harness.replay import Replay
 from bless.harness.run import run_config
 from bless.hw.gpus import A100
+from bless.policies.common import LAUNCH_QUEUE
 from bless.policies.gslice import GslicePolicy
 from bless.policies.iso import IsoPolicy
 from bless.policies.mig import (
@@ -53,6 +54,35 @@ def test_every_baseline_completes_every_request_in_order(name):
         assert ks == list(range(req.n_kernels))
         assert req.done
     assert sum(a.submitted for a in result.apps) == sum(a.completed for a in result.apps) == len(per_request)
+
+
+@pytest.mark.parametrize("name", ["iso", "gslice", "reef", "unbound", "tally"])
+@pytest.mark.parametrize("n_kernels", [40, LAUNCH_QUEUE // 2 + 1])
+def test_an_overloaded_app_keeps_its_backlog_off_the_gpu(name, n_kernels):
+    """Far beyond its share, an app's backlog waits on the host: at most two of its requests are
+    launched and unfinished at once, one where two would overfill a stream's launch queue (a whole
+    backlog in the stream would block the host's launches for every app on a real GPU), and every
+    request still completes in order."""
+    profiles = [synthetic_profile(f"p{i}", n_kernels=n_kernels, mean_us=30, seed=i) for i in range(2)]
+    backend = RecordingBackend("a100", seed=0)
+    apps = [AppState(i, f"p{i}", p, 0.5) for i, p in enumerate(profiles)]
+    most = defaultdict(int)
+    launch = backend.launch
+
+    def counting(stream, app, kernel, **kwargs):
+        req = kwargs.get("tag")
+        if kernel == 0:
+            unfinished = {r for r, k, _ in backend.log if k == 0 and r.app is req.app and r.end is None}
+            most[req.app.index] = max(most[req.app.index], len(unfinished) + 1)
+        return launch(stream, app, kernel, **kwargs)
+
+    backend.launch = counting
+    loads = [Poisson(20000.0 * 40 / n_kernels), ClosedLoop(0.3)]
+    result = Replay(backend, POLICIES.create(name), apps, loads, duration=0.05, warmup=0.0, seed=0).run()
+    assert most[0] == (2 if 2 * n_kernels <= LAUNCH_QUEUE else 1)
+    assert result.apps[0].submitted == result.apps[0].completed > 10
+    order = [r.rid for r, k, _ in backend.log if k == 0 and r.app.index == 0]
+    assert order == sorted(order)
 
 
 def test_iso_meets_the_quota_latency_without_noise():

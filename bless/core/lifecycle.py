@@ -111,6 +111,8 @@ class AppState:
     """Its priority class, one of :data:`PRIORITIES`."""
     queue: deque[Request] = field(default_factory=deque)
     active: Request | None = None
+    running: set[Request] = field(default_factory=set)
+    """Requests taken whole (:meth:`take_queued`) whose last kernel has not ended."""
     handle: Any = None
     """The backend's AppHandle."""
     granted_sms: dict[int, int] = field(default_factory=dict)
@@ -165,9 +167,14 @@ class AppState:
             self.active = self.queue.popleft()
         return self.active
 
-    def take_queued(self) -> Request | None:
-        """The oldest queued request, for a policy that launches requests whole (not paced)."""
-        return self.queue.popleft() if self.queue else None
+    def take_queued(self, depth: int | None = None) -> Request | None:
+        """The oldest queued request, for a policy that launches requests whole (not paced);
+        None while ``depth`` requests taken so are still running (None: no limit)."""
+        if not self.queue or (depth is not None and len(self.running) >= depth):
+            return None
+        request = self.queue.popleft()
+        self.running.add(request)
+        return request
 
     def release(self, request: Request) -> None:
         """Every kernel of the active ``request`` is launched: the next one may become active."""
@@ -178,6 +185,7 @@ class AppState:
         """``request``'s last kernel ended at ``end`` (``error``: a kernel faulted)."""
         request.end = end
         request.failed = error or request.failed
+        self.running.discard(request)
         self.release(request)
 
     def withdraw(self, request: Request) -> bool:

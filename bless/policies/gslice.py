@@ -3,11 +3,12 @@
 Models GSLICE (Dhakal, Kulkarni and Ramakrishnan, "GSLICE: controlled spatial
 sharing of GPUs for a scalable inference platform", SoCC'20): every app runs in
 its own context restricted to its share of the SMs (MPS active-thread
-percentage), starting at its quota; requests launch whole as they arrive.
-GSLICE's adaptive GPU re-allocation is modelled as a periodic controller.
-Every ``period`` seconds it looks at each app's mean latency over the period
-against its target (SLO if set, else the ISO latency of its quota) and at how
-busy its partition was (share of the period with a request in it):
+percentage), starting at its quota; requests launch whole as they arrive, up to
+two at a time per app (:func:`~bless.policies.common.in_flight`).  GSLICE's
+adaptive GPU re-allocation is modelled as a periodic controller.  Every
+``period`` seconds it looks at each app's mean latency over the period against
+its target (SLO if set, else the ISO latency of its quota) and at how busy its
+partition was (share of the period with a request in it):
 
 * an app *needs* SMs if its latency is over ``1 + tolerance`` of its target or
   its partition was busy at least ``busy_high`` of the time (the load saturates it);
@@ -98,7 +99,6 @@ class GslicePolicy(Policy):
         self.resizes = 0
         self._sms: dict[int, int] = {}
         self._allowed: dict[int, set[int]] = {}
-        self._in_flight: dict[int, set[Request]] = {}
         self._latency: dict[int, list[float]] = {}
         self._busy: dict[int, float] = {}
         """Per app: seconds of the current period with a request in its partition."""
@@ -118,7 +118,6 @@ class GslicePolicy(Policy):
             around = [s for s in around if self._step <= s <= gpu.sm_count]
             around.sort(key=lambda s: (abs(s - base), s))
             self._allowed[app.index] = {base, *around[:spare]}
-            self._in_flight.setdefault(app.index, set())
             self._latency.setdefault(app.index, [])
             self._busy.setdefault(app.index, 0.0)
 
@@ -141,26 +140,23 @@ class GslicePolicy(Policy):
             elif now >= self._next_check:
                 self._resize(now, apps)
                 self._next_check = now + self.thresholds.period
+        idle = [app for app in apps if not app.running]
         decision = launch_queued(apps, lambda app: self._limit(self._sms[app.index]))
-        if decision is not None:
-            for p in decision.launches:
-                i = p.request.app.index
-                if not self._in_flight[i]:
-                    self._busy_since[i] = now
-                self._in_flight[i].add(p.request)
+        for app in idle:
+            if app.running:
+                self._busy_since[app.index] = now
         return decision
 
     def on_complete(self, request: Request, now: float) -> None:
         i = request.app.index
-        self._in_flight[i].discard(request)
         self._latency[i].append(now - request.arrival)
-        if not self._in_flight[i] and i in self._busy_since:
+        if not request.app.running and i in self._busy_since:
             self._busy[i] += now - self._busy_since.pop(i)
 
     def _pressure(self, app: AppState, now: float) -> float:
         """Latency over the last period as a multiple of the app's target (0: idle)."""
         done = self._latency[app.index]
-        waiting = [now - r.arrival for r in self._in_flight[app.index]] + [now - r.arrival for r in app.queue]
+        waiting = [now - r.arrival for r in (*app.running, *app.queue)]
         if done:
             latency = sum(done) / len(done)
         elif waiting:

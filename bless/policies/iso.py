@@ -1,9 +1,9 @@
 """ISO: every app alone on a GPU of its own, restricted to its quota's SMs.
 
 This is the latency the quota promises (the paper's ISO target): no other app
-competes for SMs or DRAM bandwidth.  Requests launch whole as they arrive into
-one context restricted to ``quota x SMs`` (rounded as the mechanism grants,
-whole TPCs under MPS), so ISO differs from ``T[quota]`` of the profile only by
+competes for SMs or DRAM bandwidth.  Requests launch whole as they arrive, up
+to two at a time, into one context restricted to ``quota x SMs`` (rounded as
+the mechanism grants, whole TPCs under MPS), so ISO differs from ``T[quota]`` of the profile only by
 that rounding, launch costs and queueing behind the app's own requests.
 Simplifies: the rest of the GPU is simply absent (no power or clock effects).
 """

@@ -5,7 +5,8 @@ Each app runs alone in a GPU instance: its compute slices' SMs
 share of the device memory and -- because each memory slice brings its own L2
 and DRAM channels -- the same share of the DRAM bandwidth (the simulated
 engine's ``bandwidth_share``).  Apps cannot interfere, nor can one use SMs
-another leaves idle.  Requests launch whole as they arrive.
+another leaves idle.  Requests launch whole as they arrive, up to two at a time
+per app.
 
 A quota is a share of the GPU; MIG expresses only ``g/7`` for the profiles
 that exist (1, 2, 3, 4 and 7 slices) and only combinations that fit the
