@@ -35,6 +35,21 @@ def test_profiler_recovers_ground_truth_at_every_level(app_a):
     np.testing.assert_allclose(prof.T, app_a.t.sum(axis=1) + A100_HOST.launch, rtol=1e-9)
 
 
+def test_profiling_keeps_the_bytes_each_kernel_moves(app_a):
+    """Descriptors made at one speed and timed at another: dram_util (a share of peak bandwidth
+    at the full-GPU time) follows the measured time, so dram_util x t stays the bytes moved."""
+    described = dataclasses.replace(app_a, t=app_a.t / 2, T=app_a.T / 2)  # predicted twice too fast
+    backend = SimBackend("a100")
+    deploy = backend.deploy
+    backend.deploy = lambda app: deploy(app_a)  # the GPU runs the kernels as they really are
+    measured, _ = profile_app(backend, described)
+    np.testing.assert_allclose(measured.t, app_a.t, rtol=1e-9)
+    before = np.array([k.dram_util for k in described.kernels]) * described.t[-1]
+    after = np.array([k.dram_util for k in measured.kernels]) * measured.t[-1]
+    assert before.sum() > 0
+    np.testing.assert_allclose(after, before, rtol=1e-6)
+
+
 def test_restricted_context_runs_at_its_level(app_a):
     _, runs = run_alone(app_a, sm_limit=54, host=NO_HOST)
     np.testing.assert_allclose([r.duration for r in runs], app_a.t[8], rtol=1e-9)
