@@ -1,11 +1,13 @@
 """Baseline policies: each does what it models, on the same simulated GPU as BLESS."""
 
+import dataclasses
 from collections import defaultdict
 
 import numpy as np
 import pytest
 from conftest import RecordingBackend
 
+from bless.backend.interface import LAUNCH_QUEUE
 from bless.core.lifecycle import AppState
 from bless.core.policy import POLICIES
 from bless.harness.config import config_from_dict
@@ -13,7 +15,6 @@ from bless.harness.loads import ClosedLoop, Poisson
 from bless.harness.replay import Replay
 from bless.harness.run import run_config
 from bless.hw.gpus import A100
-from bless.policies.common import LAUNCH_QUEUE
 from bless.policies.gslice import GslicePolicy
 from bless.policies.iso import IsoPolicy
 from bless.policies.mig import (
@@ -83,6 +84,34 @@ def test_an_overloaded_app_keeps_its_backlog_off_the_gpu(name, n_kernels):
     assert result.apps[0].submitted == result.apps[0].completed > 10
     order = [r.rid for r, k, _ in backend.log if k == 0 and r.app.index == 0]
     assert order == sorted(order)
+
+
+@pytest.mark.parametrize("name", ["iso", "gslice", "unbound", "tally", "zico"])
+def test_a_request_longer_than_the_launch_queue_streams_through_it(name):
+    """A training iteration of 2.5x the launch queue's kernels: launched in chunks, no stream
+    ever holds LAUNCH_QUEUE kernels (the host never blocks), none lost or reordered."""
+    kind = "training" if name == "zico" else "inference"
+    long = dataclasses.replace(synthetic_profile("long", n_kernels=5 * LAUNCH_QUEUE // 2, mean_us=5, seed=3), kind=kind)
+    short = dataclasses.replace(synthetic_profile("short", n_kernels=30, mean_us=40, seed=4), kind=kind)
+    backend = RecordingBackend("a100", seed=0)
+    most = 0
+    launch = backend.launch
+
+    def counting(stream, app, kernel, **kwargs):
+        nonlocal most
+        most = max(most, len(stream.ops) + stream.busy)
+        return launch(stream, app, kernel, **kwargs)
+
+    backend.launch = counting
+    apps = [AppState(0, "long", long, 0.5), AppState(1, "short", short, 0.5)]
+    loads = [ClosedLoop(0.0), ClosedLoop(0.0)]
+    result = Replay(backend, POLICIES.create(name), apps, loads, duration=0.08, warmup=0.0, seed=0).run()
+    assert most < LAUNCH_QUEUE
+    assert result.apps[0].completed >= 2 and result.apps[1].completed >= 2
+    per_request = defaultdict(list)
+    for req, k, _ in backend.log:
+        per_request[req].append(k)
+    assert all(ks == list(range(len(ks))) for ks in per_request.values())
 
 
 def test_iso_meets_the_quota_latency_without_noise():

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from bless.backend.interface import HostCosts
+from bless.backend.interface import LAUNCH_QUEUE, HostCosts
 from bless.build.profiler import profile_app
 from bless.hw.gpus import H100
 from bless.profiles.format import Profile
@@ -48,6 +48,24 @@ def test_profiling_keeps_the_bytes_each_kernel_moves(app_a):
     after = np.array([k.dram_util for k in measured.kernels]) * measured.t[-1]
     assert before.sum() > 0
     np.testing.assert_allclose(after, before, rtol=1e-6)
+
+
+def test_a_full_stream_blocks_the_host_for_every_app():
+    """The driver holds LAUNCH_QUEUE kernels per stream; one launch more waits for the first to
+    end, and the one host thread with it: the next app's launch cannot start its kernel sooner."""
+    app = synthetic_profile("a", n_kernels=10, mean_us=50, dram_util=0.0, seed=1)
+    b = SimBackend("a100", host=NO_HOST)
+    ha, hb = b.deploy(app), b.deploy(app)
+    sa = b.create_stream(b.create_context(ha, 54))
+    sb = b.create_stream(b.create_context(hb, 54))
+    runs = [b.launch(sa, ha, i % 10) for i in range(LAUNCH_QUEUE)]
+    assert b.now() == 0.0
+    runs.append(b.launch(sa, ha, 0))
+    other = b.launch(sb, hb, 0)
+    b.synchronize()
+    assert b.now() >= runs[0].end > 0
+    assert other.start == pytest.approx(runs[0].end)
+    assert [r.start for r in runs] == sorted(r.start for r in runs)  # nothing reordered
 
 
 def test_restricted_context_runs_at_its_level(app_a):

@@ -32,6 +32,14 @@ from bless.hw.gpus import GpuSpec, get_gpu
 from bless.profiles.format import Profile
 from bless.registry import Registry
 
+LAUNCH_QUEUE = 1000
+"""Kernels a CUDA stream holds launched and not yet finished before the next launch into it
+blocks the host until one ends: about 1000, measured by a user with a short kernel launched
+10000 times, each of three streams holding about 1000 (NVIDIA developer forum, "CUDA stream
+are blocked when launch lots of kernels (>1000)", 2018; GPU and driver not given).  The CUDA
+backend launches every app's kernels from one host thread, so a full stream holds up every
+app's launches; the simulator blocks its host there the same way."""
+
 
 @dataclass(frozen=True)
 class HostCosts:

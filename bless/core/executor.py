@@ -146,6 +146,9 @@ class Executor:
             req = run.tag
             if req.done:
                 continue
+            if req.scheduled < req.n_kernels or run is not req.last_launch:
+                req.chunks_done += 1  # the end of a chunk (RequestLaunch.notify): the policy goes on
+                continue
             end = run.end
             if end is None:
                 raise BackendError(

@@ -61,6 +61,8 @@ class Request:
     """Whatever the caller attached (the server keeps its response future here)."""
     failed: str | None = None
     withdrawn: bool = False
+    chunks_done: int = 0
+    """Chunks of it (kernels launched together, the host told when the last ends) seen finished."""
 
     @property
     def state(self) -> RequestState:
@@ -111,8 +113,8 @@ class AppState:
     """Its priority class, one of :data:`PRIORITIES`."""
     queue: deque[Request] = field(default_factory=deque)
     active: Request | None = None
-    running: set[Request] = field(default_factory=set)
-    """Requests taken whole (:meth:`take_queued`) whose last kernel has not ended."""
+    running: dict[Request, None] = field(default_factory=dict)
+    """Requests taken whole (:meth:`take_queued`) whose last kernel has not ended, oldest first."""
     handle: Any = None
     """The backend's AppHandle."""
     granted_sms: dict[int, int] = field(default_factory=dict)
@@ -173,7 +175,7 @@ class AppState:
         if not self.queue or (depth is not None and len(self.running) >= depth):
             return None
         request = self.queue.popleft()
-        self.running.add(request)
+        self.running[request] = None
         return request
 
     def release(self, request: Request) -> None:
@@ -185,7 +187,7 @@ class AppState:
         """``request``'s last kernel ended at ``end`` (``error``: a kernel faulted)."""
         request.end = end
         request.failed = error or request.failed
-        self.running.discard(request)
+        self.running.pop(request, None)
         self.release(request)
 
     def withdraw(self, request: Request) -> bool:

@@ -96,8 +96,8 @@ class KernelManager:
                     f"but kernel {req.scheduled} is next"
                 )
             cursor[i] = k + 1
-            last = k + 1 == req.n_kernels
-            req.last_launch = launch(streams[i], req.app.handle, k, after=req.last_launch, tag=req, notify=last)
+            notify = k + 1 == req.n_kernels or (p.notify and k + 1 == p.start + p.count)
+            req.last_launch = launch(streams[i], req.app.handle, k, after=req.last_launch, tag=req, notify=notify)
             if k == 0:
                 req.first_launch = req.last_launch
             req.scheduled = k + 1

@@ -41,6 +41,9 @@ class RequestLaunch:
     low_priority: bool = False
     """Into the low-priority stream of the app's unrestricted context (``sm_limit`` None): its
     kernels get only the SMs the other streams' kernels leave (:meth:`Policy.low_priority`)."""
+    notify: bool = False
+    """The host is told when its last kernel ends (counted in ``Request.chunks_done``), as it is
+    for a request's last kernel: a policy launching a long request in chunks launches the next."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bless.core.lifecycle import AppState
+from bless.backend.interface import LAUNCH_QUEUE
+from bless.core.lifecycle import AppState, Request
 from bless.core.policy import Decision, RequestLaunch
 from bless.hw.gpus import GpuSpec
 
@@ -22,16 +23,15 @@ def quota_sms(quota: float, gpu: GpuSpec, mechanism: str = "mps") -> int | None:
 IN_FLIGHT = 2
 """Requests of one app a whole-request policy keeps launched at once: one running and the next
 queued behind it in the app's stream, so the GPU never waits for the host between them, as a
-serving instance that prepares its next batch while one runs.  Our assumption."""
+serving instance that prepares its next batch while one runs.  Our assumption.  Launching an
+app's whole backlog instead filled its stream's launch queue on an H200
+(tools/gpu_check_results/2026-11-27-h200): GSLICE's neighbours of an app at 5x its share ran at
+34-284x their ISO latency, every launch waiting for the backlog to drain."""
 
-LAUNCH_QUEUE = 1000
-"""Kernels a CUDA stream holds launched and not yet run before the next launch blocks the host
-until one ends: about 1000, measured by a user with a short kernel launched 10000 times, each
-of three streams holding about 1000 (NVIDIA developer forum, "CUDA stream are blocked when
-launch lots of kernels (>1000)", 2018; GPU and driver not given).  Here one host thread launches
-for every app, so a blocked launch holds up every app: on an H200 (tools/gpu_check_results/
-2026-11-27-h200), GSLICE launching an app's whole backlog at 5x its share put its neighbours at
-34-284x their ISO latency."""
+
+CHUNK = LAUNCH_QUEUE // 2
+"""Kernels of a longer request launched at a time, two chunks at most unfinished: the request
+streams through its stream's launch queue without filling it."""
 
 
 def in_flight(app: AppState) -> int:
@@ -40,18 +40,38 @@ def in_flight(app: AppState) -> int:
     return max(1, min(IN_FLIGHT, LAUNCH_QUEUE // app.profile.n_kernels))
 
 
+def next_chunks(req: Request, sm_limit: int | None) -> list[RequestLaunch]:
+    """What a whole-request policy launches of ``req`` now: all of it if it has at most
+    :data:`CHUNK` kernels, else its next chunks, up to two unfinished (each end notified)."""
+    n = req.n_kernels
+    if n <= CHUNK:
+        return [RequestLaunch(req, 0, n, sm_limit)] if req.scheduled == 0 else []
+    plans = []
+    start, launched = req.scheduled, -(-req.scheduled // CHUNK)
+    while start < n and launched - req.chunks_done < 2:
+        count = min(CHUNK, n - start)
+        plans.append(RequestLaunch(req, start, count, sm_limit, notify=True))
+        start, launched = start + count, launched + 1
+    return plans
+
+
 def launch_queued(apps: list[AppState], sm_limit: Callable[[AppState], int | None]) -> Decision | None:
     """Launch queued requests whole, each into its app's ``sm_limit(app)`` context, keeping up
-    to :func:`in_flight` of each app's requests launched; the rest wait in its queue.
+    to :func:`in_flight` of each app's requests launched (the rest wait in its queue) and a
+    longer request's kernels in chunks (:func:`next_chunks`).
 
     No synchronisation: a request's kernels queue behind the app's earlier
     requests in the app's stream and the host goes on reacting to arrivals.
     """
     plans = []
     for app in apps:
+        limit = sm_limit(app)
+        for running in app.running:
+            if running.scheduled < running.n_kernels:
+                plans.extend(next_chunks(running, limit))
         if not app.queue:
             continue
-        limit, depth = sm_limit(app), in_flight(app)
+        depth = in_flight(app)
         while (req := app.take_queued(depth)) is not None:
-            plans.append(RequestLaunch(req, 0, req.n_kernels, limit))
+            plans.extend(next_chunks(req, limit))
     return Decision(tuple(plans)) if plans else None

@@ -2,9 +2,10 @@
 
 Models ZICO (Lim et al., "Zico: Efficient GPU memory sharing for concurrent
 DNN training", USENIX ATC'21): training jobs share the GPU without any SM
-restriction (every iteration launched whole into an unrestricted context, as
-their streams would in one process), and ZICO's scheduler staggers them so
-that no two jobs are in their forward pass at once (a job's memory peaks at the
+restriction (every iteration launched into an unrestricted context as it
+comes, as their streams would in one process, in chunks of at most 500 kernels
+so no stream's launch queue fills), and ZICO's scheduler staggers them so that
+no two jobs are in their forward pass at once (a job's memory peaks at the
 end of its forward pass; overlapping one job's forward with another's backward
 keeps the combined footprint low).  A job may start an iteration only when
 every other job's running iteration is estimated to be past its forward pass;
@@ -23,8 +24,9 @@ from __future__ import annotations
 import math
 
 from bless.core.lifecycle import AppState, Request
-from bless.core.policy import Decision, Policy, RequestLaunch
+from bless.core.policy import Decision, Policy
 from bless.hw.gpus import GpuSpec
+from bless.policies.common import next_chunks
 
 BACKWARD_PREFIX = "bwd:"
 
@@ -62,6 +64,8 @@ class ZicoPolicy(Policy):
         plans = []
         wake = math.inf
         for app in sorted(apps, key=lambda a: a.index):
+            for running in app.running:  # an iteration longer than a chunk goes on
+                plans.extend(next_chunks(running, None))
             if not app.queue or app.index in self._forward_end:
                 continue  # nothing to start, or its previous iteration still runs
             blockers = [t for j, t in self._forward_end.items() if j != app.index and t > now]
@@ -71,7 +75,7 @@ class ZicoPolicy(Policy):
             req = app.take_queued()
             if req is None:
                 continue
-            plans.append(RequestLaunch(req, 0, req.n_kernels))
+            plans.extend(next_chunks(req, None))
             self._forward_end[app.index] = now + self._forward[app.index] * self._iteration[app.index]
         if not plans:
             return Decision(wake_at=wake) if wake < math.inf else None

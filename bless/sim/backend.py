@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bless.backend.interface import AppHandle, Backend, BackendError, HostCosts, KernelTransform
+from bless.backend.interface import LAUNCH_QUEUE, AppHandle, Backend, BackendError, HostCosts, KernelTransform
 from bless.backend.trace_events import Placement
 from bless.hw.gpus import GpuSpec, get_gpu, select_groups
 from bless.hw.interference import InterferenceModel
@@ -200,7 +200,10 @@ class SimBackend(Backend):
         # (Wall clock: the model may lag the present here; launches are stamped
         # with their issue time and the model catches up when the host waits.)
         # Each app launches from its own host thread: launches of one app
-        # serialise on the launch cost, different apps' launches overlap.
+        # serialise on the launch cost, different apps' launches overlap.  A
+        # full stream blocks them all, as it blocks the CUDA backend's one thread.
+        if len(stream.ops) + stream.busy >= LAUNCH_QUEUE:
+            self._wait_for_room(stream)
         key = id(app)
         issue = max(self._cursor.get(key, 0.0), self.now()) + self.host.launch
         self._cursor[key] = issue
@@ -219,6 +222,20 @@ class SimBackend(Backend):
         elif self._faults:
             self._fault_if_armed(run, app, kernel)
         return run
+
+    def _wait_for_room(self, stream: Stream) -> None:
+        """Block the host, as a GPU's driver does, until ``stream`` holds fewer than
+        :data:`~bless.backend.interface.LAUNCH_QUEUE` kernels: every app's launches wait."""
+        eng = self.engine
+        while len(stream.ops) + stream.busy >= LAUNCH_QUEUE:
+            target = eng.next_event_time()
+            if target == math.inf:
+                raise RuntimeError("simulated GPU deadlock: a full stream's kernels can never start")
+            if self.clock == "wall":
+                self._sleep_until(target)
+            eng.run(until=target)
+        if self.clock == "virtual":
+            self._host = max(self._host, eng.now)
 
     def inject_fault(self, app: AppHandle, kernel: int = 0, count: int = 1, message: str = "") -> None:
         """Make the next ``count`` launches of kernel ``kernel`` of deployment ``app`` fault.
