@@ -316,6 +316,37 @@ def test_runtime_runs_two_apps_under_bless(fake, apps):
     b.close()
 
 
+def test_a_baseline_streams_a_request_longer_than_the_launch_queue(tmp_path):
+    """UNBOUND launches a 1200-kernel request in chunks on the CUDA backend too: each chunk's
+    end comes back to the host as a notice, the request finishes once, in kernel order."""
+    from bless.core.lifecycle import AppState
+    from bless.harness.loads import parse_load
+    from bless.harness.replay import Replay
+    from bless.policies.unbound import UnboundPolicy
+
+    long = write_app(tmp_path / "long", synthetic_profile("long", gpu="h100", n_kernels=1200, mean_us=2, seed=3))
+    short = write_app(tmp_path / "short", synthetic_profile("short", gpu="h100", n_kernels=4, mean_us=400, seed=4))
+    device = FakeDevice()
+    timing_from(device, long, short)
+    b = backend(FakeDriver(device))
+    kernels = {"long": 0, "short": 0}
+    launch = b.launch
+
+    def counting(stream, app, kernel, **kwargs):
+        kernels[app.name] += 1
+        return launch(stream, app, kernel, **kwargs)
+
+    b.launch = counting
+    states = [AppState(0, "long", long, 0.5), AppState(1, "short", short, 0.5)]
+    loads = [parse_load({"type": "closed", "interval": 0}, "long"), parse_load("A", "short")]
+    result = Replay(b, UnboundPolicy(), states, loads, duration=0.05, warmup=0.0, seed=0).run()
+    assert result.apps[0].completed >= 1 and result.apps[1].completed >= 1
+    assert result.apps[0].failed == 0
+    # Each request finished at its last kernel, not at a chunk's end: all its kernels ran.
+    assert kernels["long"] == 1200 * result.apps[0].submitted
+    b.close()
+
+
 # ------------------------------------------------------------------ the calls themselves
 def test_recorded_calls_match_the_real_bindings_signatures(fake, apps):
     """Replay every driver call the backend made against cuda.bindings: arguments must be accepted.
