@@ -37,6 +37,8 @@ def test_gpu_check_runs_its_checks_on_the_fake_driver(tmp_path, monkeypatch):
     assert checks["context-switch and event latency"].data["cross_stream_event_us"] >= 0
     # The fake runs every stream's kernels independently: no SM to contend for, only the numbers.
     assert set(checks["stream priorities"].data) == {"same context", "restricted context"}
+    queue = checks["launch queue depth"]  # the fake's launches never block
+    assert queue.status == "PASS" and queue.data["blocked_at"] is None, queue.detail
     assert checks["per-context memory"].status == "PASS"
     assert checks["MPS contexts"].status == "SKIP"
     assert checks["two-app BLESS run (GPU vs simulator)"].status == "SKIP"

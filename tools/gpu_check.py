@@ -14,7 +14,8 @@ with a small app whose kernels are written here by hand in PTX:
   arena incremented from several contexts);
 * ``empty`` (launch overhead) and ``spin`` (a backlog of known length), the
   latter also launched wide (many waves of 1024-thread blocks): a backlog on a
-  low-priority stream that an ordinary stream's kernel should not wait behind.
+  low-priority stream that an ordinary stream's kernel should not wait behind,
+  and launched back to back until a launch blocks (the stream's launch queue).
 
 MPS needs the daemon running before the driver initialises, so the MPS
 check starts a daemon in a temporary state directory and runs its part in a
@@ -44,7 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bless.backend.interface import BackendError, HostCosts  # noqa: E402
+from bless.backend.interface import LAUNCH_QUEUE, BackendError, HostCosts  # noqa: E402
 from bless.hw.costs import gpu_constants  # noqa: E402
 from bless.hw.gpus import N_LEVELS  # noqa: E402
 from bless.profiles.format import KernelDesc, Profile, Provenance  # noqa: E402
@@ -361,6 +362,40 @@ def check_launch_overhead(backend, app) -> Check:
     )
 
 
+def check_launch_queue(backend, app, most: int = 3 * LAUNCH_QUEUE) -> Check:
+    """How many kernels one stream takes before a launch blocks the host until one ends.
+
+    Wide spin kernels (~360 us each) launched back to back into one stream, each launch timed
+    on the host: once the queue is full every launch waits for a kernel to end, so the first of
+    three launches in a row over 100 us marks it (one slow launch is the host's own hiccup).
+    The simulator blocks at ``LAUNCH_QUEUE`` (a user's measurement) and the whole-request
+    policies keep each stream below it, so a queue shorter than that would hold up every
+    app's launches."""
+    stream = backend.create_stream(backend.create_context(app, None))
+    backend.synchronize()
+    times: list[float] = []
+    blocked = None
+    for i in range(most):
+        t0 = time.perf_counter()
+        backend.launch(stream, app, K_WIDE)
+        times.append(time.perf_counter() - t0)
+        if i >= 2 and min(times[-3:]) > 100e-6:
+            blocked = i - 2
+            break
+    backend.synchronize()
+    typical = us(statistics.median(times))
+    data = {"blocked_at": blocked, "launched": len(times), "median_launch_us": typical, "assumed": LAUNCH_QUEUE}
+    if blocked is None:
+        detail = f"no launch blocked in {len(times)} (median {typical} us each): the queue holds at least that many"
+        return Check("launch queue depth", "PASS", detail, data)
+    ok = blocked >= LAUNCH_QUEUE
+    detail = (
+        f"launch {blocked} blocked for {us(times[blocked])} us (median {typical} us before): a stream holds "
+        f"about {blocked} kernels; the simulator and the policies assume {LAUNCH_QUEUE}"
+    )
+    return Check("launch queue depth", "PASS" if ok else "FAIL", detail, data)
+
+
 def gaps(backend, first_stream, second_stream, app, n: int = 50) -> list[float]:
     """Idle time between a spin kernel and the kernel that waits for it (host-clock times)."""
     out = []
@@ -629,6 +664,7 @@ def run_checks(backend, run_seconds: float | None, profiles: Path | None = None)
         checks.append(guarded("launch overhead (host)", lambda: check_launch_overhead(backend, apps[0])))
         checks.append(guarded("context-switch and event latency", lambda: check_latencies(backend, apps[0])))
         checks.append(guarded("stream priorities", lambda: check_stream_priority(backend, apps[0])))
+        checks.append(guarded("launch queue depth", lambda: check_launch_queue(backend, apps[0])))
         checks.append(check_context_memory(backend))
         mechanism = backend.mechanism
         backend.close()

@@ -38,7 +38,8 @@ blocks the host until one ends: about 1000, measured by a user with a short kern
 10000 times, each of three streams holding about 1000 (NVIDIA developer forum, "CUDA stream
 are blocked when launch lots of kernels (>1000)", 2018; GPU and driver not given).  The CUDA
 backend launches every app's kernels from one host thread, so a full stream holds up every
-app's launches; the simulator blocks its host there the same way."""
+app's launches; the simulator blocks its host there the same way.  Not yet measured here:
+``tools/gpu_check.py``'s "launch queue depth" check measures it on a GPU."""
 
 
 @dataclass(frozen=True)
