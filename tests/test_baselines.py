@@ -15,6 +15,7 @@ from bless.harness.loads import ClosedLoop, Poisson
 from bless.harness.replay import Replay
 from bless.harness.run import run_config
 from bless.hw.gpus import A100
+from bless.policies.common import STREAM_BUDGET
 from bless.policies.gslice import GslicePolicy
 from bless.policies.iso import IsoPolicy
 from bless.policies.mig import (
@@ -58,7 +59,7 @@ def test_every_baseline_completes_every_request_in_order(name):
 
 
 @pytest.mark.parametrize("name", ["iso", "gslice", "reef", "unbound", "tally"])
-@pytest.mark.parametrize("n_kernels", [40, LAUNCH_QUEUE // 2 + 1])
+@pytest.mark.parametrize("n_kernels", [40, STREAM_BUDGET // 2 + 1])
 def test_an_overloaded_app_keeps_its_backlog_off_the_gpu(name, n_kernels):
     """Far beyond its share, an app's backlog waits on the host: at most two of its requests are
     launched and unfinished at once, one where two would overfill a stream's launch queue (a whole
@@ -80,7 +81,7 @@ def test_an_overloaded_app_keeps_its_backlog_off_the_gpu(name, n_kernels):
     backend.launch = counting
     loads = [Poisson(20000.0 * 40 / n_kernels), ClosedLoop(0.3)]
     result = Replay(backend, POLICIES.create(name), apps, loads, duration=0.05, warmup=0.0, seed=0).run()
-    assert most[0] == (2 if 2 * n_kernels <= LAUNCH_QUEUE else 1)
+    assert most[0] == (2 if 2 * n_kernels <= STREAM_BUDGET else 1)
     assert result.apps[0].submitted == result.apps[0].completed > 10
     order = [r.rid for r, k, _ in backend.log if k == 0 and r.app.index == 0]
     assert order == sorted(order)
@@ -106,7 +107,7 @@ def test_a_request_longer_than_the_launch_queue_streams_through_it(name):
     apps = [AppState(0, "long", long, 0.5), AppState(1, "short", short, 0.5)]
     loads = [ClosedLoop(0.0), ClosedLoop(0.0)]
     result = Replay(backend, POLICIES.create(name), apps, loads, duration=0.08, warmup=0.0, seed=0).run()
-    assert most < LAUNCH_QUEUE
+    assert most <= STREAM_BUDGET < LAUNCH_QUEUE
     assert result.apps[0].completed >= 2 and result.apps[1].completed >= 2
     per_request = defaultdict(list)
     for req, k, _ in backend.log:

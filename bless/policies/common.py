@@ -29,15 +29,20 @@ app's whole backlog instead filled its stream's launch queue on an H200
 34-284x their ISO latency, every launch waiting for the backlog to drain."""
 
 
-CHUNK = LAUNCH_QUEUE // 2
+STREAM_BUDGET = LAUNCH_QUEUE // 2
+"""Kernels a whole-request policy keeps launched and unfinished in one stream at most: half the
+launch queue, a margin for a GPU whose queue is shorter than the figure it comes from (ours
+not yet measured, ``tools/gpu_check.py``'s "launch queue depth")."""
+
+CHUNK = STREAM_BUDGET // 2
 """Kernels of a longer request launched at a time, two chunks at most unfinished: the request
 streams through its stream's launch queue without filling it."""
 
 
 def in_flight(app: AppState) -> int:
     """Requests of ``app`` a whole-request policy keeps launched: :data:`IN_FLIGHT`, fewer where
-    their kernels would overfill the stream's launch queue (at least one)."""
-    return max(1, min(IN_FLIGHT, LAUNCH_QUEUE // app.profile.n_kernels))
+    their kernels would pass :data:`STREAM_BUDGET` (at least one)."""
+    return max(1, min(IN_FLIGHT, STREAM_BUDGET // app.profile.n_kernels))
 
 
 def next_chunks(req: Request, sm_limit: int | None) -> list[RequestLaunch]:

@@ -3,7 +3,7 @@
 Models ZICO (Lim et al., "Zico: Efficient GPU memory sharing for concurrent
 DNN training", USENIX ATC'21): training jobs share the GPU without any SM
 restriction (every iteration launched into an unrestricted context as it
-comes, as their streams would in one process, in chunks of at most 500 kernels
+comes, as their streams would in one process, in chunks of at most 250 kernels
 so no stream's launch queue fills), and ZICO's scheduler staggers them so that
 no two jobs are in their forward pass at once (a job's memory peaks at the
 end of its forward pass; overlapping one job's forward with another's backward
