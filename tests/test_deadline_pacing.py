@@ -13,6 +13,7 @@ from bless.harness.config import config_from_dict
 from bless.harness.run import run_config
 from bless.hw.gpus import get_gpu
 from bless.policies.bless import DECISION_COST, WINDOW, BlessPolicy, parse_pacing
+from bless.policies.common import STREAM_BUDGET
 from bless.profiles.catalog import load_app
 from bless.profiles.synthetic import synthetic_profile
 from bless.sim.backend import SimBackend
@@ -507,3 +508,20 @@ def test_running_in_the_bubbles_keeps_a_heavy_mix_at_iso():
     bubbles, idle = run(True), run(False)
     assert max(bubbles) <= 1.0, bubbles
     assert bubbles[2] < idle[2], (bubbles, idle)
+
+
+def test_deadline_pacing_never_fills_a_streams_launch_queue(monkeypatch):
+    """Beside an app at 5x its share, deadline pacing keeps every stream far below the launch
+    queue (a full one would block the host's launches for every app on a GPU): it streams a
+    window of kernels at a time, whatever the backlog."""
+    most = 0
+    launch = SimBackend.launch
+
+    def counting(self, stream, app, kernel, **kwargs):
+        nonlocal most
+        most = max(most, len(stream.ops) + stream.busy)
+        return launch(self, stream, app, kernel, **kwargs)
+
+    monkeypatch.setattr(SimBackend, "launch", counting)
+    pair({"type": "poisson", "rate": 269.474}, duration=0.8, apps=("resnet50", "bert"))
+    assert 0 < most < STREAM_BUDGET
