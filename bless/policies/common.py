@@ -26,7 +26,7 @@ queued behind it in the app's stream, so the GPU never waits for the host betwee
 serving instance that prepares its next batch while one runs.  Our assumption.  Launching an
 app's whole backlog instead filled its stream's launch queue on an H200
 (tools/gpu_check_results/2026-11-27-h200): GSLICE's neighbours of an app at 5x its share ran at
-34-284x their ISO latency, every launch waiting for the backlog to drain."""
+33-284x their ISO latency, every launch waiting for the backlog to drain."""
 
 
 STREAM_BUDGET = LAUNCH_QUEUE // 2
