@@ -1,4 +1,5 @@
-"""Shared fixtures: seeded synthetic apps, a recording simulated backend and one local Ray."""
+"""Shared fixtures: seeded synthetic apps, a recording simulated backend, the depth of its
+streams and one local Ray."""
 
 from __future__ import annotations
 
@@ -20,6 +21,27 @@ class RecordingBackend(SimBackend):
         run = super().launch(stream, app, kernel, **kwargs)
         self.log.append((kwargs.get("tag"), kernel, run))
         return run
+
+
+class StreamDepth:
+    """The most kernels any simulated stream held when one more was launched into it."""
+
+    most = 0
+
+
+@pytest.fixture
+def stream_depth(monkeypatch) -> StreamDepth:
+    """Watches every simulated launch (any SimBackend made during the test) for how deep its
+    stream was: a GPU's host blocks at LAUNCH_QUEUE."""
+    depth = StreamDepth()
+    launch = SimBackend.launch
+
+    def watched(self, stream, app, kernel, **kwargs):
+        depth.most = max(depth.most, len(stream.ops) + stream.busy)
+        return launch(self, stream, app, kernel, **kwargs)
+
+    monkeypatch.setattr(SimBackend, "launch", watched)
+    return depth
 
 
 @pytest.fixture

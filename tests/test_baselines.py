@@ -88,26 +88,17 @@ def test_an_overloaded_app_keeps_its_backlog_off_the_gpu(name, n_kernels):
 
 
 @pytest.mark.parametrize("name", ["iso", "gslice", "unbound", "tally", "zico"])
-def test_a_request_longer_than_the_launch_queue_streams_through_it(name):
+def test_a_request_longer_than_the_launch_queue_streams_through_it(name, stream_depth):
     """A training iteration of 2.5x the launch queue's kernels: launched in chunks, no stream
     ever holds LAUNCH_QUEUE kernels (the host never blocks), none lost or reordered."""
     kind = "training" if name == "zico" else "inference"
     long = dataclasses.replace(synthetic_profile("long", n_kernels=5 * LAUNCH_QUEUE // 2, mean_us=5, seed=3), kind=kind)
     short = dataclasses.replace(synthetic_profile("short", n_kernels=30, mean_us=40, seed=4), kind=kind)
     backend = RecordingBackend("a100", seed=0)
-    most = 0
-    launch = backend.launch
-
-    def counting(stream, app, kernel, **kwargs):
-        nonlocal most
-        most = max(most, len(stream.ops) + stream.busy)
-        return launch(stream, app, kernel, **kwargs)
-
-    backend.launch = counting
     apps = [AppState(0, "long", long, 0.5), AppState(1, "short", short, 0.5)]
     loads = [ClosedLoop(0.0), ClosedLoop(0.0)]
     result = Replay(backend, POLICIES.create(name), apps, loads, duration=0.08, warmup=0.0, seed=0).run()
-    assert most <= STREAM_BUDGET < LAUNCH_QUEUE
+    assert stream_depth.most <= STREAM_BUDGET < LAUNCH_QUEUE
     assert result.apps[0].completed >= 2 and result.apps[1].completed >= 2
     per_request = defaultdict(list)
     for req, k, _ in backend.log:

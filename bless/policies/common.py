@@ -60,6 +60,11 @@ def next_chunks(req: Request, sm_limit: int | None) -> list[RequestLaunch]:
     return plans
 
 
+def running_chunks(app: AppState, sm_limit: int | None) -> list[RequestLaunch]:
+    """The next chunks of ``app``'s requests already taken whole (:func:`next_chunks`)."""
+    return [plan for req in app.running for plan in next_chunks(req, sm_limit)]
+
+
 def launch_queued(apps: list[AppState], sm_limit: Callable[[AppState], int | None]) -> Decision | None:
     """Launch queued requests whole, each into its app's ``sm_limit(app)`` context, keeping up
     to :func:`in_flight` of each app's requests launched (the rest wait in its queue) and a
@@ -71,9 +76,7 @@ def launch_queued(apps: list[AppState], sm_limit: Callable[[AppState], int | Non
     plans = []
     for app in apps:
         limit = sm_limit(app)
-        for running in app.running:
-            if running.scheduled < running.n_kernels:
-                plans.extend(next_chunks(running, limit))
+        plans.extend(running_chunks(app, limit))
         if not app.queue:
             continue
         depth = in_flight(app)

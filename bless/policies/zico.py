@@ -26,7 +26,7 @@ import math
 from bless.core.lifecycle import AppState, Request
 from bless.core.policy import Decision, Policy
 from bless.hw.gpus import GpuSpec
-from bless.policies.common import next_chunks
+from bless.policies.common import next_chunks, running_chunks
 
 BACKWARD_PREFIX = "bwd:"
 
@@ -64,8 +64,7 @@ class ZicoPolicy(Policy):
         plans = []
         wake = math.inf
         for app in sorted(apps, key=lambda a: a.index):
-            for running in app.running:  # an iteration longer than a chunk goes on
-                plans.extend(next_chunks(running, None))
+            plans.extend(running_chunks(app, None))  # an iteration longer than a chunk goes on
             if not app.queue or app.index in self._forward_end:
                 continue  # nothing to start, or its previous iteration still runs
             blockers = [t for j, t in self._forward_end.items() if j != app.index and t > now]
