@@ -73,7 +73,7 @@ def rescale_dram_util(dram_util: float, described_full: float, measured_full: fl
 
 
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """Keep Python's garbage collector out of a burst of launches (as ``timeit`` does).
 
     A collection between two launches can outlast the kernel in flight; the stream
@@ -117,7 +117,7 @@ def profile_app(
             totals = np.empty(repeats)
             for rep in range(warmup + repeats):
                 backend.synchronize()
-                with _no_gc():
+                with no_gc():
                     start = backend.now()
                     runs = [backend.launch(stream, handle, i, timed=True) for i in range(k)]
                 backend.synchronize()
