@@ -200,6 +200,33 @@ def closed_loop_ratio(points: np.ndarray, curves: Sequence[RequestCurve], thinks
     return least_lam(lambda lam: time_needed(points, [1 / (lam * c.iso + z) for c, z in zip(curves, thinks)]) <= 1)
 
 
+def neighbour_service(points: np.ndarray, victim: RequestCurve, neighbour: RequestCurve, think: float) -> float:
+    """The most a neighbour that always has work could be served, in multiples of its quota's
+    throughput ``1 / neighbour.iso``, beside one closed-loop client of ``victim`` thinking
+    ``think`` seconds whose every request is done within its ISO latency.
+
+    ``points`` (columns: victim, neighbour; a :func:`rate_points` of the two) are the ways of
+    sharing the GPU.  In one cycle of the victim's client the victim's request takes ``L <=
+    victim.iso`` seconds, divided among the points so that it is done (``t_p`` seconds at point
+    ``p``: ``sum t_p = L``, ``sum t_p v_p >= 1``), and while the client thinks the neighbour
+    has the GPU to itself (its fastest way alone, ``a``).  The neighbour's service is ``(sum t_p
+    n_p + think a) / (L + think)``, a linear-fractional program, solved as a linear one by
+    Charnes and Cooper's change of variables (``y = t s``, ``s = 1 / (L + think)``).  The same
+    ``L`` for every request loses nothing: the neighbour's requests in ``L`` are a concave
+    function of it.  An estimate with mean demands, as :func:`least_ratio` (not a bound)."""
+    v, n = points[:, 0], points[:, 1]
+    alone = float(n[v == 0].max())
+    m = len(points)
+    # Variables: y_p (m of them), then s.
+    cost = -np.r_[n, think * alone]
+    a_eq = np.r_[np.ones(m), think][None, :]
+    a_ub = np.vstack([np.r_[-v, 1.0], np.r_[np.ones(m), -victim.iso]])
+    res = linprog(cost, A_ub=a_ub, b_ub=[0.0, 0.0], A_eq=a_eq, b_eq=[1.0], bounds=(0, None), method="highs")
+    if res.status != 0:
+        raise ValueError(f"no schedule does the victim's request within {victim.iso:.6f} s")
+    return float(-res.fun * neighbour.iso)
+
+
 def one_after_other(curves: Sequence[RequestCurve], sm_count: int) -> float:
     """``lam`` of the best order of running them one after the other, each on the whole GPU."""
     best = math.inf

@@ -96,3 +96,32 @@ def test_column_generation_finds_the_linear_programs_optimum(fluid):
     need = [1 / (c.iso * 1.1) for c in cs]
     full = linprog(np.ones(len(points)), A_ub=-points.T, b_ub=-np.array(need), bounds=(0, None), method="highs")
     assert fluid.time_needed(points, need) == pytest.approx(full.fun, rel=1e-6)
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}+{p[2]}")
+def test_a_saturated_neighbour_gets_its_quota_without_interference_and_interference_or_a_tighter_victim_only_hurt(
+    fluid, pair
+):
+    victim, neighbour = curves(fluid, pair[:2], pair[2:])
+    think = victim.seconds[GPU.sm_count] * 2 / 3  # workload B
+    service = {
+        c: fluid.neighbour_service(
+            fluid.rate_points([victim, neighbour], GPU.sm_count, model(c)), victim, neighbour, think
+        )
+        for c in (0.0, 0.75)
+    }
+    # Without interference the quota split is one of the ways: the victim done at ISO, the
+    # neighbour at its quota's rate meanwhile and at least that alone while the client thinks.
+    assert service[0.0] >= 1.0 - 1e-6
+    assert service[0.75] <= service[0.0] + 1e-9
+    tighter = fluid.RequestCurve(victim.seconds, victim.dram_seconds, 0.9 * victim.iso)
+    points = fluid.rate_points([tighter, neighbour], GPU.sm_count, model(0.75))
+    assert fluid.neighbour_service(points, tighter, neighbour, think) <= service[0.75] + 1e-9
+
+
+def test_a_victim_that_cannot_be_done_in_time_is_refused_by_name(fluid):
+    victim, neighbour = curves(fluid, ("bert", 0.5), ("vgg11", 0.5))
+    impossible = fluid.RequestCurve(victim.seconds, victim.dram_seconds, 0.5 * victim.seconds[GPU.sm_count])
+    points = fluid.rate_points([impossible, neighbour], GPU.sm_count, model(0.75))
+    with pytest.raises(ValueError, match="victim"):
+        fluid.neighbour_service(points, impossible, neighbour, 0.01)
