@@ -161,3 +161,28 @@ def test_a_section_that_does_not_match_its_type_is_refused_naming_the_file(tmp_p
 def test_an_unknown_gpu_says_which_files_exist():
     with pytest.raises(GpuDataError, match="no GPU data file for 'v100'.*known: a100, h100"):
         gpu_constants("v100")
+
+
+@pytest.fixture
+def gpu_data_path(tmp_path, monkeypatch):
+    """A directory on ``$BLESS_GPU_DATA_PATH``, with the per-process cache emptied around the test."""
+    monkeypatch.setenv("BLESS_GPU_DATA_PATH", str(tmp_path))
+    gpu_constants.cache_clear()
+    yield tmp_path
+    monkeypatch.delenv("BLESS_GPU_DATA_PATH")
+    gpu_constants.cache_clear()
+
+
+def test_a_data_file_on_the_search_path_stands_in_for_the_shipped_one(gpu_data_path):
+    shipped_h100 = HostCosts.for_gpu("h100")
+    text = file_text("a100").replace(A100_LAUNCH, 'launch = { value = 0, unit = "us", assumption = "what if" }')
+    (gpu_data_path / "a100.toml").write_text(text)
+    assert HostCosts.for_gpu("a100").launch == 0.0
+    assert data_files()["a100"] == gpu_data_path / "a100.toml"
+    assert HostCosts.for_gpu("h100") == shipped_h100  # the others still the shipped files
+
+
+def test_a_bad_file_on_the_search_path_is_refused_naming_it(gpu_data_path):
+    (gpu_data_path / "a100.toml").write_text(file_text("a100").replace("[tally]", "[talley]"))
+    with pytest.raises(GpuDataError, match=rf"{gpu_data_path}/a100\.toml: sections must be exactly"):
+        gpu_constants("a100")

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -125,9 +126,21 @@ def data_dir() -> Path:
     return Path(str(files(__package__)))
 
 
+DATA_PATH = "BLESS_GPU_DATA_PATH"
+"""Environment variable: directories (``os.pathsep`` separated) whose ``<gpu>.toml`` files stand
+in for the shipped ones, first found wins.  A what-if study (a context switch of 5 us, the
+interference term off: ``experiments/bound_gap.py``) runs on the same code with other data,
+each value still naming its source or assumption."""
+
+
 def data_files() -> dict[str, Path]:
-    """Every shipped GPU data file, by GPU name."""
-    return {p.stem: p for p in sorted(data_dir().glob("*.toml"))}
+    """Every GPU data file in use, by GPU name: ``$BLESS_GPU_DATA_PATH``'s before the shipped ones."""
+    dirs = [Path(p) for p in os.environ.get(DATA_PATH, "").split(os.pathsep) if p]
+    files_by_gpu: dict[str, Path] = {}
+    for d in [*dirs, data_dir()]:
+        for path in sorted(d.glob("*.toml")):
+            files_by_gpu.setdefault(path.stem, path)
+    return files_by_gpu
 
 
 @functools.cache
@@ -136,7 +149,7 @@ def gpu_constants(gpu: str) -> GpuConstants:
     path = data_files().get(gpu)
     if path is None:
         raise GpuDataError(
-            f"no GPU data file for {gpu!r} in {data_dir()}; known: {', '.join(data_files()) or 'none'}. "
+            f"no GPU data file for {gpu!r} in {data_dir()} or ${DATA_PATH}; known: {', '.join(data_files()) or 'none'}. "
             f"Add {gpu}.toml with the sections {', '.join(SECTIONS)} (copy a100.toml and give each value its source)"
         )
     return load(path)
