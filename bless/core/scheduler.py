@@ -805,20 +805,13 @@ def _surely_behind(
     top.  It is the first to do so unless an earlier one fails in the walk; the cap is
     the same either way when every neighbour up to it misses (or meets) its deadline
     alone alike.  Most capped steps are known so, and skip pricing the top unrestricted
-    only to cap it.
-
-    Not exact where the top has kernels queued: its end below is its queue and its window
-    scaled together by its rest over its window, where the least the walk gives is its queue
-    plus its rest (``ready[0] + rest``), so such a step may cap the top where the walk would
-    not.  With kernels queued as deadline pacing keeps them the test of its exactness holds
-    (``test_the_top_is_priced_unrestricted_only_where_that_can_change_the_decision``), but a
-    lone top kept half a window queued breaks it; the sound bound moved the quick re-runs of
-    ``experiments/README.md`` item 16 (session 18)."""
+    only to cap it."""
     top = picked[0][0]
     tab = top.table
     k = top.request.scheduled
-    work = tab.work(tab.full, k, counts[0])  # the window alone on the whole GPU: the least the walk gives it
-    top_end = (ready[0] + work) * tab.rest(tab.full, k) / max(work, 1e-12)
+    # The least end the walk can give the top (:func:`_top_row`): its queue, then its rest at
+    # its window's pace, which is never faster than alone on the whole GPU.
+    top_end = ready[0] + tab.rest(tab.full, k)
     alone = None
     for (p, _), c, wait in zip(picked[1:], counts[1:], ready[1:]):
         misses = _misses_alone(p, now)
