@@ -37,7 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bless.hw.costs import DATA_PATH, data_files
+from bless.hw.costs import DATA_PATH, data_files, gpu_constants
 
 HERE = Path(__file__).parent
 EXPERIMENTS = ("fig13", "fig13_exp", "fig14", "fig15_4apps", "fig15_8apps", "fig16", "workload_d", "slo")
@@ -77,8 +77,10 @@ def variant_file(changes: dict[str, float], out: Path) -> Path:
 
 
 def use_data(directory: str) -> None:
-    """Worker initializer: this process reads its GPU data from ``directory`` first."""
+    """Worker initializer: this process reads its GPU data from ``directory`` first (a forked
+    worker may have inherited the constants its parent had read: they are read again)."""
     os.environ[DATA_PATH] = directory
+    gpu_constants.cache_clear()
 
 
 def cells() -> list[tuple[str, dict[str, Any]]]:

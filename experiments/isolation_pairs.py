@@ -42,8 +42,7 @@ from bless.harness.loads import WORKLOAD_INTERVALS
 from bless.harness.run import run_config
 from bless.hw.gpus import get_gpu
 from bless.hw.interference import InterferenceModel
-from bless.profiles.catalog import find_profile, load_app
-from bless.profiles.format import load_profile
+from bless.profiles.catalog import load_app
 
 sys.path.insert(0, str(Path(__file__).parent))
 import overlap_feasibility as fluid  # a sibling script: its fluid model of sharing the GPU
@@ -103,7 +102,7 @@ def best_service(bench: Bench, victim: str, neighbour: str) -> float:
     """The fluid estimate of the most the saturated neighbour could be served beside the
     victim's closed loop B with the victim at its ISO latency (multiples of its quota's rate)."""
     gpu = get_gpu(bench.gpu)
-    profiles = [load_profile(find_profile(bench.app(app), gpu.name)) for app in (victim, neighbour)]
+    profiles = [load_app(bench.app(app), gpu.name) for app in (victim, neighbour)]
     curves = [fluid.RequestCurve.of(p, 0.5, gpu) for p in profiles]
     points = fluid.rate_points(curves, gpu.sm_count, InterferenceModel.for_gpu(gpu.name))
     think = WORKLOAD_INTERVALS["B"] * float(profiles[0].T[-1])
