@@ -19,14 +19,14 @@ from bless.profiles.synthetic import synthetic_profile
 from bless.sim.backend import SimBackend
 
 
-def pair(neighbour_load, policy="bless", duration=1.5, apps=("resnet50", "bert"), warmup=0.3):
+def pair(neighbour_load, policy="bless", duration=1.5, apps=("resnet50", "bert"), warmup=0.3, seed=0):
     return run_config(
         config_from_dict(
             {
                 "gpu": "a100",
                 "duration": duration,
                 "warmup": warmup,
-                "seed": 0,
+                "seed": seed,
                 "noise": 0.02,
                 "policy": policy,
                 "apps": [
@@ -126,10 +126,14 @@ def test_an_arrival_with_the_earlier_deadline_does_not_wait_behind_a_lone_reques
     assert vgg.mean <= vgg.iso_latency, vgg.mean / vgg.iso_latency
 
 
-def test_identical_closed_loops_drift_apart_and_both_beat_iso():
+@pytest.mark.parametrize("model, seed", [("resnet50", 0), ("resnet50", 3), ("resnet101", 1), ("nasnet", 3)])
+def test_identical_closed_loops_drift_apart_and_both_beat_iso(model, seed):
     """Two identical deterministic closed loops: the paper's rule pulls them into lockstep
-    (experiments/lockstep.py), deadline pacing lets one finish early and both beat ISO."""
-    a, b = pair("B", apps=("resnet50", "resnet50")).apps
+    (experiments/lockstep.py), deadline pacing lets one finish early and both beat ISO.  At
+    some seeds the loops started close enough that capping the top for its twin kept them a
+    static split, in lockstep at 1.01-1.09x ISO (ResNet50 and NASNet at seed 3, ResNet-101 at
+    seed 1 0.97x), until the cap was left off where it does not save the twin."""
+    a, b = pair("B", apps=(model, model), seed=seed).apps
     assert a.mean < 0.9 * a.iso_latency and b.mean < 0.9 * b.iso_latency
     n = min(len(a.arrivals), len(b.arrivals))
     assert np.median(np.abs(a.arrivals[:n] - b.arrivals[:n])) > 1e-3

@@ -136,7 +136,9 @@ def build_squad(requests: list[Request], now: float, squad_size: int, pacing: bo
 #   took, so a capped neighbour only gets what it leaves); else it is capped,
 #   though never below its own deadline's need for a neighbour that misses its
 #   deadline even alone on the GPU (capping buys that one throughput, and its
-#   quota already guarantees it that);
+#   quota already guarantees it that), and not at all for a twin (the same
+#   model at the same quota) that misses its deadline capped too, where the cap
+#   would only make the two a static split and identical loops keep in lockstep;
 # * a top that needs more than its quota's SMs to meet its deadline with a
 #   window to spare (its neighbours' interference slows it) takes them from
 #   urgent neighbours whose apps are over their share (requests queue behind
@@ -254,6 +256,9 @@ class PaceTable:
     """The unrestricted context's row."""
     row_sms: tuple[int, ...] = field(init=False, repr=False, compare=False)
     """SMs of each row's context as granted (``granted`` or ``limits``, then the whole GPU's)."""
+    digest: int = field(init=False, repr=False, compare=False)
+    """A hash of the rows and their SMs: two apps' tables with the same one time the same
+    kernels in the same contexts (twins: replicas of one model)."""
 
     def __post_init__(self) -> None:
         sms = self.limits if self.granted is None else self.granted
@@ -263,6 +268,7 @@ class PaceTable:
         object.__setattr__(self, "n_kernels", self.prefix.shape[1] - 1)
         object.__setattr__(self, "full", len(self.limits))
         object.__setattr__(self, "row_sms", (*sms, self.sm_count))
+        object.__setattr__(self, "digest", hash((self.row_sms, self.prefix.tobytes())))
 
     def row_of(self, sm_limit: int | None) -> int:
         """The row of the context restricted to ``sm_limit`` SMs (None or the whole GPU: the
@@ -420,6 +426,20 @@ def _standing(p: PacedRequest, now: float) -> int:
         return 2
     return 1 if p.deadline < now else 0
 
+
+TWIN_GAIN = 0.1
+"""Twins (two requests of apps with the same tables and quota, such as two replicas of one model)
+where the one behind misses its deadline whether the top is capped or not: the top stays
+unrestricted if the walk projects the twin no later for it and the two done at least this share
+sooner in sum.  Capping the top there makes twins a static split whenever they overlap, and
+identical deterministic closed loops then stay in lockstep at their ISO latency times the
+interference (Fig. 13 at seeds 1 and 3: NASNet, ResNet-101 and ResNet50 pairs at 1.01-1.10x at
+every load); uncapped, one finishes early and the loops drift apart.  Only for twins: for any
+pair the same rule put 19-22 of Fig. 14's 140 cells over ISO (up to 1.43x), the walk's projection
+of the uncapped neighbour being too hopeful there.  Our assumption; on quick re-runs (BLESS only,
+seeds 0-3) 0.05 / 0.1 / 0.2 left Fig. 13 fixed think with 0 / 0 / 12 cells over 1 % at seed 3 and
+the exponential pairs' worst app at 1.013-1.026 / 1.009-1.016 / 1.009-1.016x ISO (1.009-1.016x
+without the rule)."""
 
 PRICE_HORIZON = 2.0
 """Windows of time the kernel walk prices ahead; a window not done by then ends at the pace its
@@ -755,7 +775,8 @@ def _top_row(
     it can, holding them in start order, so a capped neighbour gets what it
     leaves); otherwise it is capped at what their contexts leave, but for a
     request that misses its deadline even alone on the GPU never below what the
-    top's own deadline needs.  ``behind``: a restricted request known to need the
+    top's own deadline needs, and not for a twin that the cap does not save
+    (:data:`TWIN_GAIN`).  ``behind``: a restricted request known to need the
     top capped (it took SMs of the top's quota), so the top is not priced
     unrestricted.  The next
     window is priced by the determiner's kernel walk; the rest is projected: a
@@ -794,12 +815,42 @@ def _top_row(
         # neighbour does not push an on-time app past its quota's promise).
         row = max(row, top.deadline_row(now, margin=window))
     if row < full:
+        free = (count, runs[0], durations)  # the top unrestricted (durations None: not priced)
         count = _window_count(top, row, window)
         runs[0] = (top.request.app.profile, k, count, tab.row_sms[row])
         durations = price(runs, PRICE_HORIZON * window)
+        if len(picked) == 2 and behind.table.digest == tab.digest and behind.quota_sms == top.quota_sms:
+            capped = _pair_ends(picked, counts, ready, durations, row, count, caution)
+            if now + capped[1] > behind.deadline:  # the cap does not save its twin
+                runs[0] = free[1]
+                free_durations = free[2] if free[2] is not None else price(runs, PRICE_HORIZON * window)
+                ends = _pair_ends(picked, counts, ready, free_durations, full, free[0], caution)
+                if ends[1] <= capped[1] + _TICK and sum(ends) < (1.0 - TWIN_GAIN) * sum(capped):
+                    return full, free[0], free_durations
     elif durations is None:
         durations = price(runs, PRICE_HORIZON * window)
     return row, count, durations
+
+
+def _pair_ends(
+    picked: list[tuple[PacedRequest, int]],
+    counts: list[int],
+    ready: list[float],
+    durations: list[float],
+    row: int,
+    count: int,
+    caution: float,
+) -> tuple[float, float]:
+    """When the top, in the context of ``row`` with a window of ``count`` kernels, and the one
+    request beside it are projected to be done (seconds from now), the walk having priced their
+    next windows at ``durations``: the top at its window's pace, the other as
+    :func:`_projection` and :func:`_finish` project a restricted request."""
+    top, _ = picked[0]
+    tab = top.table
+    k = top.request.scheduled
+    top_end = ready[0] + durations[0] * tab.rest(row, k) / max(tab.work(row, k, count), 1e-12)
+    rem, pace, after = _projection(picked[1][0], counts[1], ready[1] + durations[1], caution)
+    return top_end, _finish(rem, pace, top_end, after)
 
 
 def _surely_behind(
