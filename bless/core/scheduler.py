@@ -800,7 +800,7 @@ def _top_row(
         behind = _surely_behind(picked, counts, ready, now, window, caution)
     if behind is None:
         durations = price(runs, PRICE_HORIZON * window)
-        top_end = ready[0] + durations[0] * tab.rest(full, k) / max(tab.work(full, k, count), 1e-12)
+        top_end = _top_end(top, ready[0], durations[0], full, count)
         for (p, _), c, wait, d in zip(picked[1:], counts[1:], ready[1:], durations[1:]):
             rem, pace, after = _projection(p, c, wait + d, caution)
             if now + _finish(rem, pace, top_end, after) + window > p.deadline:
@@ -845,12 +845,18 @@ def _pair_ends(
     request beside it are projected to be done (seconds from now), the walk having priced their
     next windows at ``durations``: the top at its window's pace, the other as
     :func:`_projection` and :func:`_finish` project a restricted request."""
-    top, _ = picked[0]
-    tab = top.table
-    k = top.request.scheduled
-    top_end = ready[0] + durations[0] * tab.rest(row, k) / max(tab.work(row, k, count), 1e-12)
+    top_end = _top_end(picked[0][0], ready[0], durations[0], row, count)
     rem, pace, after = _projection(picked[1][0], counts[1], ready[1] + durations[1], caution)
     return top_end, _finish(rem, pace, top_end, after)
+
+
+def _top_end(top: PacedRequest, ready: float, duration: float, row: int, count: int) -> float:
+    """When ``top`` is projected to be done (seconds from now): its queued kernels end in
+    ``ready``, then its remaining kernels in the context of ``row`` go at the pace of its next
+    window of ``count`` kernels, priced at ``duration``."""
+    tab = top.table
+    k = top.request.scheduled
+    return ready + duration * tab.rest(row, k) / max(tab.work(row, k, count), 1e-12)
 
 
 def _surely_behind(
