@@ -435,8 +435,8 @@ sooner in sum.  Capping the top there makes twins a static split whenever they o
 identical deterministic closed loops then stay in lockstep at their ISO latency times the
 interference (Fig. 13 at seeds 1 and 3: NASNet, ResNet-101 and ResNet50 pairs at 1.01-1.10x at
 every load); uncapped, one finishes early and the loops drift apart.  Only for twins: for any
-pair the same rule put 19-22 of Fig. 14's 140 cells over ISO (up to 1.43x), the walk's projection
-of the uncapped neighbour being too hopeful there.  Our assumption; on quick re-runs (BLESS only,
+pair the same rule put 19-22 of Fig. 14's 140 cells over ISO at gains of 0-0.1 (up to 1.47x), the
+walk's projection of the uncapped neighbour being too hopeful there.  Our assumption; on quick re-runs (BLESS only,
 seeds 0-3) 0.05 / 0.1 / 0.2 left Fig. 13 fixed think with 0 / 0 / 12 cells over 1 % at seed 3 and
 the exponential pairs' worst app at 1.013-1.026 / 1.009-1.016 / 1.009-1.016x ISO (1.009-1.016x
 without the rule)."""
