@@ -815,18 +815,19 @@ def _top_row(
         # neighbour does not push an on-time app past its quota's promise).
         row = max(row, top.deadline_row(now, margin=window))
     if row < full:
-        free = (count, runs[0], durations)  # the top unrestricted (durations None: not priced)
+        # The top unrestricted, as priced so far (durations None: not priced).
+        free_count, free_run, free_durations = count, runs[0], durations
         count = _window_count(top, row, window)
         runs[0] = (top.request.app.profile, k, count, tab.row_sms[row])
         durations = price(runs, PRICE_HORIZON * window)
         if len(picked) == 2 and behind.table.digest == tab.digest and behind.quota_sms == top.quota_sms:
             capped = _pair_ends(picked, counts, ready, durations, row, count, caution)
             if now + capped[1] > behind.deadline:  # the cap does not save its twin
-                runs[0] = free[1]
-                free_durations = free[2] if free[2] is not None else price(runs, PRICE_HORIZON * window)
-                ends = _pair_ends(picked, counts, ready, free_durations, full, free[0], caution)
+                if free_durations is None:
+                    free_durations = price([free_run, *runs[1:]], PRICE_HORIZON * window)
+                ends = _pair_ends(picked, counts, ready, free_durations, full, free_count, caution)
                 if ends[1] <= capped[1] + _TICK and sum(ends) < (1.0 - TWIN_GAIN) * sum(capped):
-                    return full, free[0], free_durations
+                    return full, free_count, free_durations
     elif durations is None:
         durations = price(runs, PRICE_HORIZON * window)
     return row, count, durations
