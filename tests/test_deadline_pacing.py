@@ -81,6 +81,23 @@ def test_bert_keeps_its_iso_latency_beside_an_overloaded_resnet101(times):
     assert served_rate(resnet, 3.0) >= 0.9 * share, served_rate(resnet, 3.0) / share
 
 
+def test_an_overloaded_app_gets_its_quota_s_rate_between_a_neighbour_s_requests():
+    """VGG11 at 5x its quota's throughput beside BERT's closed loop B: while BERT runs, VGG11
+    runs capped; between BERT's requests the GPU is VGG11's.  With 1.5 windows of kernels queued
+    in its capped context it spent a sixth of BERT's think time at its quota, and was served at
+    0.95x its quota's rate; at `CAPPED_BACKLOG_QUEUED` (0.5), 0.99x, with BERT still at ISO."""
+    share = 1 / load_app("vgg11", "a100").latency_at_quota(0.5)
+    apps = [{"app": "bert", "quota": 0.5, "load": "B"}, {"app": "vgg11", "quota": 0.5, "load": "B"}]
+    apps[1]["load"] = {"type": "poisson", "rate": 5 * share}
+    config = {"gpu": "a100", "duration": 3.0, "warmup": 0.0, "seed": 0, "noise": 0.02, "policy": "bless", "apps": apps}
+    bert, vgg = run_config(config_from_dict(config)).apps
+    steady = bert.latencies[bert.arrivals >= 0.5].mean()  # once VGG11's backlog has built up
+    assert steady <= 1.01 * bert.iso_latency, steady / bert.iso_latency
+    ends = vgg.arrivals + vgg.latencies
+    served = float(np.sum((ends > 0.5) & (ends <= 3.0))) / 2.5  # while both run, its backlog built up
+    assert served >= 0.98 * share, served / share
+
+
 SYNTHETIC = {"wide": (120, 80.0, 11), "many": (300, 30.0, 12), "long": (60, 250.0, 13)}
 """Apps we do not ship: (kernels, mean kernel us, seed) of :func:`synthetic_profile`."""
 
