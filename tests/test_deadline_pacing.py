@@ -4,10 +4,11 @@ newcomers served within a window, and the paper's lockstep broken."""
 import numpy as np
 import pytest
 
+from bless.core.deadline_pacing import build_deadline_squad, caution_after
 from bless.core.executor import Executor
 from bless.core.lifecycle import AppState, Request
+from bless.core.paced_request import PacedRequest, PaceTable
 from bless.core.policy import Decision, RequestLaunch
-from bless.core.scheduler import PacedRequest, PaceTable, build_deadline_squad, caution_after
 from bless.harness.bench import bench_policy_step
 from bless.harness.config import config_from_dict
 from bless.harness.run import run_config
@@ -446,7 +447,7 @@ def test_the_top_is_priced_unrestricted_only_where_that_can_change_the_decision(
     """Pacing skips the walk that prices the top unrestricted when a neighbour is sure to
     cap it (the walk never runs a window faster than alone on the whole GPU); every
     request must then finish exactly as when that walk always runs."""
-    import bless.core.scheduler as scheduler
+    import bless.core.deadline_pacing as pacing
 
     apps = [("resnet50", "10%"), ("vgg11", "20%"), ("bert", "30%"), ("resnet101", "40%")]
     config = config_from_dict(
@@ -460,7 +461,7 @@ def test_the_top_is_priced_unrestricted_only_where_that_can_change_the_decision(
             "apps": [{"app": a, "quota": q, "load": "A"} for a, q in apps],
         }
     )
-    sure = scheduler._surely_behind
+    sure = pacing._surely_behind
     skipped = []
 
     def counted(*args):
@@ -468,9 +469,9 @@ def test_the_top_is_priced_unrestricted_only_where_that_can_change_the_decision(
         skipped.append(behind is not None)
         return behind
 
-    monkeypatch.setattr(scheduler, "_surely_behind", counted)
+    monkeypatch.setattr(pacing, "_surely_behind", counted)
     shortcut = run_config(config)
-    monkeypatch.setattr(scheduler, "_surely_behind", lambda *args: None)
+    monkeypatch.setattr(pacing, "_surely_behind", lambda *args: None)
     walked = run_config(config)
     assert sum(skipped) > 0.5 * len(skipped)  # most capped steps skip the walk here
     for a, b in zip(shortcut.apps, walked.apps):
@@ -556,7 +557,7 @@ def test_the_shortcut_past_the_top_s_walk_decides_as_the_walk_with_kernels_queue
     """Wherever the top has kernels queued, the step that skips its unrestricted walk (a
     neighbour is sure to cap it) launches exactly what the step that walks launches, on random
     states of three requests priced by a walk that is never faster than alone."""
-    import bless.core.scheduler as scheduler
+    import bless.core.deadline_pacing as pacing
 
     gpu = get_gpu("a100")
     rng = np.random.default_rng(7)
@@ -589,5 +590,5 @@ def test_the_shortcut_past_the_top_s_walk_decides_as_the_walk_with_kernels_queue
         return out
 
     shortcut = decisions()
-    monkeypatch.setattr(scheduler, "_surely_behind", lambda *args: None)
+    monkeypatch.setattr(pacing, "_surely_behind", lambda *args: None)
     assert decisions() == shortcut

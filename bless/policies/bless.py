@@ -6,7 +6,7 @@ Two pacing rules build the squads (``pacing``):
 * ``deadline`` (the default): each request has a deadline, its finish time in the
   ISO run of the same arrivals; the earliest deadline runs unrestricted, the
   others run in the smallest restricted context that still meets theirs, or wait
-  while they can (:func:`bless.core.scheduler.build_deadline_squad`).
+  while they can (:func:`bless.core.deadline_pacing.build_deadline_squad`).
 * ``paper``: the paper's rule -- the request furthest behind its isolated
   schedule first, squads of ``squad_size`` kernels run unrestricted or as a
   Semi-SP split, whichever the determiner prices faster (the ablation).
@@ -21,18 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from bless.backend.interface import HostCosts
+from bless.core.deadline_pacing import CAUTION_GAIN, build_deadline_squad, caution_after
 from bless.core.determiner import Determiner, restricted_count
 from bless.core.lifecycle import AppState, Request
+from bless.core.paced_request import PacedRequest, PaceTable
 from bless.core.policy import Decision, Policy, RequestLaunch, SquadEstimate
-from bless.core.scheduler import (
-    CAUTION_GAIN,
-    PacedRequest,
-    PaceTable,
-    Squad,
-    build_deadline_squad,
-    build_squad,
-    caution_after,
-)
+from bless.core.scheduler import Squad, build_squad
 from bless.documents import is_number
 from bless.hw.gpus import N_LEVELS, GpuSpec
 from bless.hw.interference import InterferenceModel
@@ -165,7 +159,7 @@ class BlessPolicy(Policy):
         if not is_number(caution_gain) or not caution_gain >= 0:
             raise ValueError(f"caution_gain must be a number >= 0 (0: no caution), got {caution_gain!r}")
         self.caution_gain = caution_gain
-        """Deadline pacing's :data:`~bless.core.scheduler.CAUTION_GAIN` (0: the projection always
+        """Deadline pacing's :data:`~bless.core.deadline_pacing.CAUTION_GAIN` (0: the projection always
         counts on the GPU the top frees, the ablation)."""
         for name, flag in (("lend", lend), ("wake_when_due", wake_when_due), ("background", background)):
             if not isinstance(flag, bool):
@@ -197,7 +191,7 @@ class BlessPolicy(Policy):
         self._iso_finish: dict[int, float] = {}
         """Per app index: when its latest request would finish in the ISO run."""
         self._caution: dict[int, float] = {}
-        """Per app index: its caution (:func:`bless.core.scheduler.caution_after`).  The
+        """Per app index: its caution (:func:`bless.core.deadline_pacing.caution_after`).  The
         projections use the highest, so one app falling behind makes every top yield to it; a
         top whose app has been late may take SMs from neighbours whose apps have not."""
 

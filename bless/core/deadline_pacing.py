@@ -1,0 +1,706 @@
+"""Deadline pacing, BLESS's default scheduler: which kernels of which requests to launch now,
+in which contexts.
+
+The paper's rule (:func:`bless.core.scheduler.build_squad`) paces every request
+against its own isolated schedule and keeps two identical closed loops in
+lockstep, where nothing beats a static split (experiments/lockstep.py).
+Deadline pacing keeps the promise and spends the rest of the GPU where it
+shortens latency most:
+
+* every request has a deadline: its finish time in the ISO run of the same
+  arrivals (``max(arrival, previous deadline) + T[quota]``, so an app's own
+  backlog moves its deadlines, not its neighbours'), or ``arrival + SLO``
+  when that is earlier;
+* the request with the earliest deadline (the top) runs unrestricted and is
+  never held back; the others share what its quota leaves;
+* every other request runs only when it must: once the time left to its
+  deadline, less one window, no longer covers its remaining kernels at its
+  quota (stretched by the interference its neighbours cause), it runs in
+  the smallest restricted context that still meets the deadline (or the one
+  it is in, if that still does: a switch idles it), launched ahead of the
+  top so it finds its SMs free;
+* beside restricted requests the top stays unrestricted only while they are
+  projected to meet their deadlines (an unrestricted kernel keeps the SMs it
+  took, so a capped neighbour only gets what it leaves); else it is capped,
+  though never below its own deadline's need for a neighbour that misses its
+  deadline even alone on the GPU (capping buys that one throughput, and its
+  quota already guarantees it that), and not at all for a twin (the same
+  model at the same quota) that misses its deadline capped too, where the cap
+  would only make the two a static split and identical loops keep in lockstep;
+* a top that needs more than its quota's SMs to meet its deadline with a
+  window to spare (its neighbours' interference slows it) takes them from
+  urgent neighbours whose apps are over their share (requests queue behind
+  them), whatever their deadlines: what their quotas promise them is
+  throughput, and the top's app gives the GPU back when it is idle; and, if
+  its app has been finishing late (its caution), from urgent neighbours whose
+  apps have kept their deadlines, each down to a smaller context only where,
+  slowed there until the top is done and on the whole GPU after, it still
+  meets its own with a window to spare: quota for quota, interference makes
+  both late where one can lend;
+* and the reverse: a sole urgent request whose app has been the latest, that
+  misses its deadline at its quota beside the top (projected as above), takes
+  what its deadline needs beyond its quota from the SMs of the top's quota
+  that the top's own deadline does not need, and the top is capped for it
+  (with several urgent requests this moved no mean and cost host time);
+* a request already past its deadline comes after every request that can still
+  meet its own (in deadline order among themselves): under overload EDF would
+  otherwise put an overloaded app's late requests first for good and make its
+  neighbours late too (the domino effect); it still runs at its quota beside them;
+* and a request whose app is over its share (requests queued behind it) comes
+  after both: what its quota promises it is throughput, which its deadlines (its
+  ISO queue's) keep by making it urgent at its quota's pace, while a neighbour
+  within its share keeps the top whether the overloaded app happens to be on time
+  or behind (it was one or the other as host costs moved by microseconds, and
+  the neighbour's latency with it, 0.95 or 1.02x ISO);
+* a request that can wait waits, leaving the GPU to the earlier deadline:
+  one request finishes early, the other still on time, and two identical
+  closed loops drift apart instead of into lockstep;
+* but the earliest of the waiting requests runs in the bubbles: a short window
+  of its kernels goes to the low-priority stream of its unrestricted context,
+  where it takes only the SMs the others' kernels leave, so it gets ahead
+  without taking an SM from anyone.  Its DRAM traffic still slows the others,
+  so it runs only while every request launched beside it, slowed by its mean
+  demand on the whole GPU as well, still meets its deadline with a window to
+  spare, and never for an app over its share: its quota's throughput is what
+  it has to claim, and its traffic in the bubbles made BERT beside VGG11 at 5x
+  its share 1.016x ISO (0.996x without);
+* kernels stream: each request keeps 1.5 to 2.5 windows of kernels queued in
+  its context, refilled together, and no barrier separates two launches; less
+  where what it queued would hold the GPU from where it is due: a lone request
+  (an arrival with the earlier deadline waits behind it) and an overloaded app's
+  request in a restricted context (its kernels stay there when the GPU frees).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import operator
+from collections.abc import Callable, Mapping
+
+from bless.core.paced_request import PacedLaunch, PacedRequest
+from bless.core.policy import RequestLaunch
+from bless.profiles.format import Profile
+
+_TICK = 1e-7
+"""Times closer than this (0.1 us) are one instant to deadline pacing (float rounding)."""
+QUEUED = 1.5
+"""Windows of kernels a running request keeps queued: a host that decides late by up to that
+much leaves no gap on the GPU (on the wall clock a busy host is late by milliseconds).  Our
+assumption; the served load test (tests/test_server_load.py) checks it against ``bless run``."""
+REFILL_SLACK = 0.25
+"""A refill due within this share of a window is due now.  A window that runs late pushes
+its request's refill back by the lateness, as pacing sees it (:meth:`PacedRequest.observe`),
+often by a few microseconds at a time; waking for each would poll the device.  Our
+assumption: with 8 closed loops it halved the steps (1489 to 612); on quick re-runs of the
+Fig. 13 exponential pairs and a Fig. 14 subset the means moved 23.81 -> 23.72 ms and the
+deviation 0.18 -> 0.13 ms."""
+BACKGROUND_WINDOW = 0.25
+"""The waiting request that runs in the bubbles streams this share of a window at a time (of
+its kernels' time alone on the whole GPU), refilled when a step runs anyway or when its queue
+runs out, so that little of it is queued in its low-priority stream, where the others' kernels
+may hold it back, when it must start in earnest.  Our assumption; on quick re-runs (BLESS
+only) 0.1 / 0.25 / 0.5 gave the five Fig. 13 exponential pairs 23.78 / 23.70 / 23.59 ms
+(23.79 without), the 4-app mix at B its worst app at 1.002 / 0.997 / 0.984x ISO, at A
+ResNet50 at 0.988 / 1.004 / 1.023x, and 8 closed loops 22.2 / 21.5 / 20.6 kernels per step."""
+TOP_UP = 1.0
+"""A step that launches anything also gives its next window to every running request whose
+queue would run short within this many of its windows: batched into a step already paid
+for, rather than each in a step of its own.  A request then keeps between :data:`QUEUED`
+and ``QUEUED + TOP_UP`` windows queued.  Our assumption: with 8 closed loops it cut the
+steps from 612 to 456 (23 kernels a step); the two together, re-run over every experiment,
+moved the Fig. 14 deviation 0.16 -> 0.14 ms and the Fig. 13 deterministic mean 20.6 -> 20.7
+ms (``experiments/README.md``, item 5)."""
+
+
+LONE_QUEUED = 0.75
+"""Windows of kernels a request keeps queued while it is the only one with kernels left to launch,
+unless its app is over its share.  The GPU gives SMs in launch order, so a request that arrives
+with the earlier deadline waits behind whatever a lone request queued before it (Inception-v3
+beside VGG19 waited 3.9 ms per request); a lone request's steps look at one request and are
+prompt, so it needs less margin against a late host.  An app over its share keeps
+:data:`QUEUED`: its quota promises it throughput, and its shallower queue gave the SMs back to
+its neighbour's arrivals sooner (a synthetic app at 5x its share, 0.94x its quota's rate).  Our
+assumption; on quick re-runs of every experiment (BLESS only; ``experiments/README.md``, item
+17) 0.25 / 0.5 / 0.75 / 1.0 windows gave the Fig. 13 exponential pairs 23.81 / 23.69 / 23.68 /
+23.62 ms with their worst app at 1.008 / 1.011 / 1.009 / 1.016x ISO (1.5: 23.45 ms, 1.014x) and
+Fig. 16's ResNet50 at 0.958 / 0.959 / 0.956 / 0.988x (1.5: 1.029x)."""
+
+
+CAPPED_BACKLOG_QUEUED = 0.5
+"""Windows of kernels a request keeps queued while its app is over its share (requests queued
+behind it) and it runs in a restricted context.  Kernels queued in a context stay there: when
+the neighbour it made room for is done, the GPU is the overloaded app's, but it runs what it
+queued at its quota until the queue drains, a sixth of the neighbour's think time at
+:data:`QUEUED`.  What its quota promises it is throughput, and that is where it lost it: VGG11
+at 5x its share beside BERT's closed loop got 1.17x its quota's rate between BERT's requests,
+where alone on the GPU it gets 1.83x, and 0.95x over the run.  Our assumption; on
+``isolation_pairs.py``'s neighbours at 5x (BLESS only) 0.25 / 0.5 / 0.75 / 1.0 windows left
+them on average 0.013 / 0.012 / 0.013 / 0.014 below the lesser of 1 and the fluid estimate of
+their best (0.019 at 1.5 windows), with the worst victim at 0.999 / 0.992 / 1.011 / 1.020x ISO
+(0.988x); on quick re-runs of every other experiment's BLESS runs at 0.5, only workload D moved
+(25.97 -> 25.92 ms; ``experiments/README.md``, item 19)."""
+
+
+BEST_EFFORT_WINDOW = 0.1
+"""A best-effort request streams this share of a window at a time (0.1 ms of kernels at the
+default 1 ms), so a latency-critical arrival finds at most about a quarter of a millisecond of
+them queued ahead of it: best-effort work gives the GPU back quickly, Tally's principle (Zhao et
+al., ASPLOS'25).  Our assumption: on the priority experiment's pairs it cut BLESS's
+latency-critical P99 overhead from 12-152 % to 0.4-8.7 % for 10 % less best-effort
+throughput; 0.02 did no better."""
+
+
+_rank = operator.attrgetter("rank")
+_first = operator.itemgetter(0)
+
+
+def _standing(p: PacedRequest, now: float) -> int:
+    """Where ``p`` stands in the order of service, before its deadline rank: 0 on time, 1
+    past its deadline, 2 its app over its share (requests queued behind it), 3 best-effort."""
+    if p.best_effort:
+        return 3
+    if p.request.app.backlogged:
+        return 2
+    return 1 if p.deadline < now else 0
+
+
+TWIN_GAIN = 0.1
+"""Twins (two requests of apps with the same tables and quota, such as two replicas of one model)
+where the one behind misses its deadline whether the top is capped or not: the top stays
+unrestricted if the walk projects the twin no later for it and the two done at least this share
+sooner in sum.  Capping the top there makes twins a static split whenever they overlap, and
+identical deterministic closed loops then stay in lockstep at their ISO latency times the
+interference (Fig. 13 at seeds 1 and 3: NASNet, ResNet-101 and ResNet50 pairs at 1.01-1.10x at
+every load); uncapped, one finishes early and the loops drift apart.  Only for twins: for any
+pair the same rule put 19-22 of Fig. 14's 140 cells over ISO at gains of 0-0.1 (up to 1.47x), the
+walk's projection of the uncapped neighbour being too hopeful there.  Our assumption; on quick re-runs (BLESS only,
+seeds 0-3) 0.05 / 0.1 / 0.2 left Fig. 13 fixed think with 0 / 0 / 12 cells over 1 % at seed 3 and
+the exponential pairs' worst app at 1.013-1.026 / 1.009-1.016 / 1.009-1.016x ISO (1.009-1.016x
+without the rule)."""
+
+PRICE_HORIZON = 2.0
+"""Windows of time the kernel walk prices ahead; a window not done by then ends at the pace its
+request kept (:meth:`~bless.core.determiner.Determiner.window_durations`).  Our assumption: at
+one window the walk cost what it did before its requests ran on past their windows, but a
+request's window, slowed beside the others, often ends past it; at two the Fig. 13 means with
+fixed think times over seeds 0-3 were 22.89 / 22.81 ms (one / two windows) and walking to the
+last window's end 22.80 ms for 1.5 us per kernel with 8 apps, over the target."""
+
+
+Pricer = Callable[[list[tuple[Profile, int, int, "int | None"]], float], list[float]]
+"""``price(runs, horizon)``: how long each run's window ``(profile, start, count, sm_limit)``
+takes, all started together and each run going on past its window until the last one ends,
+walked for ``horizon`` seconds at most (:meth:`~bless.core.determiner.Determiner.window_durations`)."""
+
+
+def build_deadline_squad(
+    requests: list[PacedRequest],
+    now: float,
+    window: float,
+    price: Pricer | None = None,
+    caution: Mapping[int, float] | None = None,
+    lend: bool = True,
+    wake_when_due: bool = True,
+    background: bool = True,
+) -> PacedLaunch:
+    """The kernels to launch now under deadline pacing (see the section comment above).
+
+    Kernels stream: a request that still has :data:`QUEUED` windows of kernels
+    queued gets none now (a host that decides late does not starve the GPU), and
+    no barrier separates two launches.  ``caution`` (per app index, in [0, 1],
+    see :func:`caution_after`; an app not in it has none): the highest is how
+    little a restricted request may count on the GPU freed when the top is done.
+    A top that needs more than its quota's SMs to meet its deadline takes them
+    from urgent neighbours whose apps are over their share and, if its app has
+    some caution, from those whose apps have none where they still meet theirs;
+    a sole urgent request whose app has the highest, projected to miss its
+    deadline at its quota, takes them from the top's quota, less what the top's
+    deadline needs (``lend``).  Requests of apps over their share come after
+    those of apps within theirs.  Each entry carries its context (``sm_limit``);
+    restricted requests are launched first.  An entry covers about ``window``
+    seconds of the request's kernels.  ``background``: the earliest request that
+    can wait, of an app within its share, runs in the low-priority stream of
+    its unrestricted context meanwhile, :data:`BACKGROUND_WINDOW` of a window
+    at a time, while the requests launched beside it can afford its
+    interference.  A top of an app over its share runs in the low-priority stream of its
+    unrestricted context while the last kernels of a request within its share, all launched,
+    would otherwise miss that request's deadline (:func:`_tail_at_risk`).
+    """
+    if window <= 0:
+        raise ValueError(f"window must be > 0 seconds, got {window}")
+    live = [p for p in requests if p.request.scheduled < p.table.n_kernels]
+    live.sort(key=_rank)
+    if not live:
+        return PacedLaunch((), (), (), (), math.inf)
+    classes = [_standing(p, now) for p in live]
+    if any(classes):  # a stable sort: deadline order within each standing
+        live = [p for _, p in sorted(zip(classes, live), key=_first)]
+    wake = math.inf if wake_when_due else now + window
+    # Who runs: the earliest deadline, and every request that cannot wait a window.
+    top = live[0]
+    urgent = []  # (request, row of its quota's context, time left to its deadline)
+    waiting = None  # the earliest request that can wait, of an app within its share (not best-effort)
+    spare = top.table.sm_count - top.quota_sms  # SMs the quotas of the top and the urgent leave
+    for p in live[1:]:
+        tab = p.table
+        k = p.request.scheduled
+        busy = p.busy_until
+        left = p.deadline - (busy if busy > now else now)
+        q = p.quota_row
+        line = tab.lines[q]
+        need = (line[-1] - line[k]) * p.stretch + window
+        if need <= left:
+            # It can wait a window and still finish at its quota; it no longer can from
+            # ``deadline - need`` on (no later than its queued kernels end, as ``left`` shows).
+            if wake_when_due:
+                wake = min(wake, max(p.deadline - need, now + _TICK))
+            if waiting is None and background and not p.best_effort and not p.request.app.backlogged:
+                waiting = p
+            continue
+        urgent.append((p, q, left))
+        spare -= tab.row_sms[q]
+    # Where: each its quota first (the quotas fit the GPU), then more for those
+    # behind, earliest deadline first, from what the others' quotas leave.
+    picked: list[tuple[PacedRequest, int]] = [(top, top.table.full)]
+    cautions = caution or {}
+    # The top may take what its deadline needs beyond its quota (with a window to spare if its
+    # app has been finishing late) from neighbours whose apps are over their share, and, if so, from
+    # neighbours whose apps have not, where they still meet theirs (found on first need: most
+    # steps lend nothing).
+    top_late = bool(cautions.get(top.request.app.index))
+    want: float | None = None if lend else 0.0
+    top_end = 0.0
+    # And the reverse: a sole urgent request whose app has been the latest may take what its
+    # deadline needs beyond its quota from the top's quota, less what the top's own deadline needs.
+    borrow = lend and len(urgent) == 1
+    taker = None  # the request that took SMs of the top's quota: the top is capped for it
+    for p, q, left in urgent:
+        tab = p.table
+        sms = tab.row_sms
+        k = p.request.scheduled
+        fits = spare + sms[q]  # its quota's SMs and what the others' leave
+        row = tab.first_row_at_most(fits)
+        if (
+            borrow
+            and row < tab.full
+            and (mine := cautions.get(p.request.app.index, 0.0))
+            and mine >= (highest := max(cautions.values()))
+            and _misses_beside(p, top, left, window, highest)
+            and tab.first_row_within(k, left, p.stretch, q) > row
+        ):
+            surplus = _surplus(top, now, window)
+            if surplus:
+                taker = p
+                spare += surplus
+                fits += surplus
+                row = tab.first_row_at_most(fits)
+        if row < 0:
+            continue  # no context fits what the others leave this window
+        row = tab.first_row_within(k, left, p.stretch, q, row)  # the smallest that meets its deadline
+        if row <= p.row < tab.full and sms[p.row] <= fits:
+            row = p.row  # its current context still serves: no switch
+        if (
+            row == q
+            and want != 0.0
+            and ((over := p.request.app.backlogged) or (top_late and not cautions.get(p.request.app.index)))
+        ):
+            if want is None:
+                want, top_end = _beyond_quota(top, now, window if top_late else 0.0)
+            smaller = tab.first_row_at_most(sms[q] - want)
+            if 0 <= smaller < q and (over or _meets_after_lending(p, smaller, top_end, left, window)):
+                want = 0.0  # met: ``smaller`` leaves the top at least what it wants
+                spare -= sms[q] - sms[smaller]  # lent to the top, not to the others
+                row = smaller
+        picked.append((p, row))
+        spare -= sms[row] - sms[q]
+    windows = [window * BEST_EFFORT_WINDOW if p.best_effort else window for p, _ in picked]
+    lone = len(live) == 1 and not top.request.app.backlogged
+    depths = [
+        LONE_QUEUED if lone else CAPPED_BACKLOG_QUEUED if row < p.table.full and p.request.app.backlogged else QUEUED
+        for p, row in picked
+    ]  # windows each keeps queued
+    refills = [p.busy_until - d * w for (p, _), d, w in zip(picked, depths, windows)]  # when each runs short of kernels
+    if waiting is not None and waiting.busy_until - QUEUED * window * BACKGROUND_WINDOW > now + _TICK:
+        waiting = None  # it has enough queued
+    if waiting is None and min(refills) > now + max(_TICK, REFILL_SLACK * window):
+        return PacedLaunch((), (), (), (), min(wake, *refills))  # every one has enough queued
+    counts = [_window_count(p, row, w) for (p, row), w in zip(picked, windows)]
+    # Over its share, the top yields the SMs to the last kernels of a request within its share
+    # where they would otherwise miss its deadline (asked only of a step that launches).
+    yields = _standing(top, now) >= 2 and _tail_at_risk(requests, top, now, window, price)
+    priced = None
+    if price is not None and len(picked) > 1 and not yields:  # none is best-effort: windows are ``window``
+        row, counts[0], priced = _top_row(
+            picked, counts, now, window, price, max(cautions.values(), default=0.0), taker
+        )
+        picked[0] = (top, row)
+    # Restricted requests first: launched first, they find their SMs free.
+    order = [i for i, (p, row) in enumerate(picked) if row < p.table.full]
+    order += [i for i, (p, row) in enumerate(picked) if row >= p.table.full]
+    entries = []
+    lines = []
+    rows = []
+    durations = []
+    for i in order:
+        p, row = picked[i]
+        refill = refills[i]
+        if refill > now + TOP_UP * windows[i]:
+            wake = min(wake, refill)
+            continue  # enough of its kernels are queued
+        r = p.request
+        tab = p.table
+        count = counts[i]
+        low = yields and i == 0
+        entries.append(RequestLaunch(r, r.scheduled, count, tab.limits[row] if row < tab.full else None, low))
+        lines.append(tab.lines[row])
+        rows.append(row)
+        # The walk's duration where it priced the configuration (co-running included).
+        durations.append(tab.work(row, r.scheduled, count) * p.stretch if priced is None else priced[i])
+        if r.scheduled + count < tab.n_kernels:
+            wake = min(wake, max(now, p.busy_until) + max(durations[-1] - depths[i] * windows[i], _TICK))
+    if waiting is not None and _affords(picked, waiting.imposes, now, window):
+        r = waiting.request
+        tab = waiting.table
+        count = _window_count(waiting, tab.full, window * BACKGROUND_WINDOW)
+        entries.append(RequestLaunch(r, r.scheduled, count, None, low_priority=True))
+        lines.append(tab.lines[tab.full])
+        rows.append(tab.full)
+        durations.append(tab.work(tab.full, r.scheduled, count) * waiting.stretch)
+        if r.scheduled + count < tab.n_kernels:  # its next refill (it may be due before anyone else's)
+            wake = min(wake, max(now, waiting.busy_until) + durations[-1] - QUEUED * window * BACKGROUND_WINDOW)
+    if not entries:
+        return PacedLaunch((), (), (), (), wake)
+    return PacedLaunch(tuple(entries), _start_order(entries, lines), tuple(rows), tuple(durations), wake)
+
+
+def _tail_at_risk(
+    requests: list[PacedRequest], top: PacedRequest, now: float, window: float, price: Pricer | None
+) -> bool:
+    """Whether a request of an app within its share, its kernels all launched but not all run,
+    would miss its deadline (with a window to spare) beside ``top``'s next window running
+    unrestricted, as the walk prices it (without a pricer: whether there is such a request).
+
+    A top of an app over its share then runs in the low-priority stream of its unrestricted
+    context, on the SMs those queued kernels leave: in an ordinary stream its kernels would
+    take the SMs they wait for (block dispatch follows start order; BERT's last window
+    beside VGG11 at 5x its share took up to 1.4x its ISO time), and at its quota it would
+    lose the SMs they leave.  Yielding where the tail does not need it costs the top its
+    quota's throughput: a synthetic app of 250 us kernels at 5x its share beside one of
+    30 us kernels (``test_an_overloaded_neighbour_leaves_any_app_its_iso_latency``) was
+    served at 0.90x its quota's rate when it always yielded, 0.99x when it yields so."""
+    for p in requests:
+        tab = p.table
+        if p.request.scheduled < tab.n_kernels or p.busy_until <= now or _standing(p, now) >= 2:
+            continue
+        if price is None:
+            return True
+        queued = _queued(p, now)
+        if not queued:
+            continue
+        ttab = top.table
+        runs: list[tuple[Profile, int, int, int | None]] = [
+            (top.request.app.profile, top.request.scheduled, _window_count(top, ttab.full, window), None),
+            (p.request.app.profile, tab.n_kernels - queued, queued, tab.row_sms[p.row] if p.row < tab.full else None),
+        ]
+        ends = price(runs, PRICE_HORIZON * window)
+        if now + ends[1] + window > p.deadline:
+            return True
+    return False
+
+
+def _queued(p: PacedRequest, now: float) -> int:
+    """How many of ``p``'s launched kernels are still queued or running: those its expected
+    end leaves after now, at the table's pace in the context it was last decided in."""
+    wait = p.busy_until - now
+    k = p.request.scheduled
+    if wait <= 0.0 or p.row < 0:
+        return 0
+    line = p.table.lines[p.row]
+    return k - bisect.bisect_left(line, line[k] - wait / p.stretch, 0, k)
+
+
+def _affords(picked: list[tuple[PacedRequest, int]], slowdown: float, now: float, window: float) -> bool:
+    """Every picked request, its remaining kernels in its context of the row it was picked in,
+    slowed by its stretch and ``slowdown`` more, still meets its deadline with a window to spare."""
+    for p, row in picked:
+        left = p.deadline - (p.busy_until if p.busy_until > now else now) - window
+        if p.table.rest(row, p.request.scheduled) * p.stretch * slowdown > left:
+            return False
+    return True
+
+
+def _beyond_quota(top: PacedRequest, now: float, margin: float) -> tuple[float, float]:
+    """The SMs ``top`` needs beyond its quota to meet its deadline alone with ``margin`` to spare
+    (0 if none, or if it misses it even on the whole GPU: then nobody's SMs buy it its deadline),
+    and how long its remaining kernels take there (its interference stretch included).
+
+    The margin is a window where the top's app has been late, the margin the lenders keep too
+    (:func:`_meets_after_lending`): the stretch is a mean, and a top lent exactly its expected
+    need ran late beside an overloaded neighbour (BERT beside ResNet-101 at 5x its share, 1.015x
+    ISO; 1.004x with the margin).  Where it has not been late, none: with the margin always, an
+    app over its share lent tops what they did not need and fell short of its quota's rate
+    (``isolation_pairs.py``, the neighbours at 5x: 0.84-1.01x, 0.966x on average, against
+    0.88-1.01x, 0.980x; the worst victim 0.987 against 0.991x ISO)."""
+    tab = top.table
+    k = top.request.scheduled
+    row = top.deadline_row(now, margin=margin, lowest=top.quota_row)
+    want = tab.row_sms[row] - top.quota_sms if row < tab.full else 0.0
+    return want, tab.rest(row, k) * top.stretch
+
+
+def _meets_after_lending(p: PacedRequest, smaller: int, top_end: float, left: float, window: float) -> bool:
+    """``p``, at the context of row ``smaller`` until the top is done (``top_end`` seconds from
+    now) and on the whole GPU after, still meets its deadline, ``left`` seconds away, with a
+    window to spare."""
+    tab = p.table
+    k = p.request.scheduled
+    slow = tab.rest(smaller, k) * p.stretch
+    return _finish(slow, 1.0, top_end, tab.rest(tab.full, k) * p.stretch / slow) + window <= left
+
+
+def _misses_beside(p: PacedRequest, top: PacedRequest, left: float, window: float, caution: float) -> bool:
+    """``p``, at its quota beside the top until the top could be done (alone on the whole GPU)
+    and after that as ``caution`` projects (:func:`_projection`), misses its deadline, ``left``
+    seconds away, with a window to spare: it is sure to need more than its quota."""
+    rem, after = _rest_and_after(p, caution)
+    tt = top.table
+    top_end = tt.rest(tt.full, top.request.scheduled) * top.stretch
+    return _finish(rem, 1.0 / p.stretch, top_end, after) + window > left
+
+
+def _surplus(top: PacedRequest, now: float, window: float) -> float:
+    """The SMs of ``top``'s quota that its deadline does not need, with a window to spare (0
+    if it needs them all)."""
+    tab = top.table
+    row = top.deadline_row(now, margin=window)
+    return max(top.quota_sms - tab.row_sms[row], 0.0) if row < tab.full else 0.0
+
+
+def _start_order(entries: list[RequestLaunch], lines: list[list[float]]) -> tuple[int, ...]:
+    """The launch of each kernel, kernels in the order they would start alone in their
+    contexts from now (``lines[j]``: launch j's context row; ties: the earlier launch first)."""
+    if len(entries) == 1:
+        return (0,) * entries[0].count
+    starts: list[float] = []
+    owners: list[int] = []
+    for j, (e, line) in enumerate(zip(entries, lines)):
+        starts += map(operator.sub, line[e.start : e.start + e.count], itertools.repeat(line[e.start], e.count))
+        owners += [j] * e.count
+    # Two launches or more are two kernels or more, so itemgetter gives a tuple.
+    return operator.itemgetter(*sorted(range(len(starts)), key=starts.__getitem__))(owners)
+
+
+def _window_count(p: PacedRequest, row: int, window: float) -> int:
+    """How many of ``p``'s next kernels take ``window`` seconds in the context of ``row`` (at
+    least one, at most all it has left: it has some)."""
+    k = p.request.scheduled
+    line = p.table.lines[row]
+    return bisect.bisect_left(line, line[k] + window, k + 1, p.table.n_kernels) - k
+
+
+def _top_row(
+    picked: list[tuple[PacedRequest, int]],
+    counts: list[int],
+    now: float,
+    window: float,
+    price: Pricer,
+    caution: float,
+    behind: PacedRequest | None = None,
+) -> tuple[int, int, list[float]]:
+    """The top's context beside restricted requests, its window of kernels there, and how
+    long each picked request's next window (``counts[i]`` kernels, the top's in its
+    unrestricted context) is expected to take in that configuration.
+
+    The top runs unrestricted while every restricted request is projected to
+    meet its deadline, with a window to spare, beside it (the top takes the SMs
+    it can, holding them in start order, so a capped neighbour gets what it
+    leaves); otherwise it is capped at what their contexts leave, but for a
+    request that misses its deadline even alone on the GPU never below what the
+    top's own deadline needs, and not for a twin that the cap does not save
+    (:data:`TWIN_GAIN`).  ``behind``: a restricted request known to need the
+    top capped (it took SMs of the top's quota), so the top is not priced
+    unrestricted.  The next
+    window is priced by the determiner's kernel walk; the rest is projected: a
+    restricted request keeps its window's pace (slowed by its interference
+    stretch) until the top, at its own window's pace, is done, then goes at a
+    pace between full-GPU speed (the top's app stays away) and its quota's
+    (the top's app comes back first and takes the GPU again), by ``caution``.
+    """
+    top = picked[0][0]
+    tab = top.table
+    full = tab.full
+    ready = [max(p.busy_until - now, 0.0) for p, _ in picked]
+    count = counts[0]
+    k = top.request.scheduled
+    runs: list[tuple[Profile, int, int, int | None]] = [(top.request.app.profile, k, count, None)]
+    runs += [
+        (p.request.app.profile, p.request.scheduled, c, p.table.row_sms[r]) for (p, r), c in zip(picked[1:], counts[1:])
+    ]
+    durations = None
+    if behind is None:
+        behind = _surely_behind(picked, counts, ready, now, window, caution)
+    if behind is None:
+        durations = price(runs, PRICE_HORIZON * window)
+        top_end = _top_end(top, ready[0], durations[0], full, count)
+        for (p, _), c, wait, d in zip(picked[1:], counts[1:], ready[1:], durations[1:]):
+            rem, pace, after = _projection(p, c, wait + d, caution)
+            if now + _finish(rem, pace, top_end, after) + window > p.deadline:
+                behind = p
+                break
+        else:
+            return full, count, durations
+    row = max(0, tab.first_row_at_most(tab.sm_count - sum(other.table.row_sms[r] for other, r in picked[1:])))
+    if _misses_alone(behind, now):
+        # It misses its deadline even alone on the GPU: the cap buys it throughput, not
+        # its deadline, so the top keeps what its own deadline needs (an overloaded
+        # neighbour does not push an on-time app past its quota's promise).
+        row = max(row, top.deadline_row(now, margin=window))
+    if row < full:
+        # The top unrestricted, as priced so far (durations None: not priced).
+        free_count, free_run, free_durations = count, runs[0], durations
+        count = _window_count(top, row, window)
+        runs[0] = (top.request.app.profile, k, count, tab.row_sms[row])
+        durations = price(runs, PRICE_HORIZON * window)
+        if len(picked) == 2 and behind.table.digest == tab.digest and behind.quota_sms == top.quota_sms:
+            capped = _pair_ends(picked, counts, ready, durations, row, count, caution)
+            if now + capped[1] > behind.deadline:  # the cap does not save its twin
+                if free_durations is None:
+                    free_durations = price([free_run, *runs[1:]], PRICE_HORIZON * window)
+                ends = _pair_ends(picked, counts, ready, free_durations, full, free_count, caution)
+                if ends[1] <= capped[1] + _TICK and sum(ends) < (1.0 - TWIN_GAIN) * sum(capped):
+                    return full, free_count, free_durations
+    elif durations is None:
+        durations = price(runs, PRICE_HORIZON * window)
+    return row, count, durations
+
+
+def _pair_ends(
+    picked: list[tuple[PacedRequest, int]],
+    counts: list[int],
+    ready: list[float],
+    durations: list[float],
+    row: int,
+    count: int,
+    caution: float,
+) -> tuple[float, float]:
+    """When the top, in the context of ``row`` with a window of ``count`` kernels, and the one
+    request beside it are projected to be done (seconds from now), the walk having priced their
+    next windows at ``durations``: the top at its window's pace, the other as
+    :func:`_projection` and :func:`_finish` project a restricted request."""
+    top_end = _top_end(picked[0][0], ready[0], durations[0], row, count)
+    rem, pace, after = _projection(picked[1][0], counts[1], ready[1] + durations[1], caution)
+    return top_end, _finish(rem, pace, top_end, after)
+
+
+def _top_end(top: PacedRequest, ready: float, duration: float, row: int, count: int) -> float:
+    """When ``top`` is projected to be done (seconds from now): its queued kernels end in
+    ``ready``, then its remaining kernels in the context of ``row`` go at the pace of its next
+    window of ``count`` kernels, priced at ``duration``."""
+    tab = top.table
+    k = top.request.scheduled
+    return ready + duration * tab.rest(row, k) / max(tab.work(row, k, count), 1e-12)
+
+
+def _surely_behind(
+    picked: list[tuple[PacedRequest, int]],
+    counts: list[int],
+    ready: list[float],
+    now: float,
+    window: float,
+    caution: float,
+) -> PacedRequest | None:
+    """The neighbour that caps the top in :func:`_top_row` whatever the walk prices, if one
+    is sure to (None: the walk decides), found without the walk.
+
+    The walk never runs a window faster than alone on the whole GPU (the tables are
+    non-increasing in SMs, interference and waiting only slow it), and a projected finish
+    only grows with a window's duration; so a neighbour whose projection misses its
+    deadline even at that speed, by more than the walk's rounding, is sure to cap the
+    top.  It is the first to do so unless an earlier one fails in the walk; the cap is
+    the same either way when every neighbour up to it misses (or meets) its deadline
+    alone alike.  Most capped steps are known so, and skip pricing the top unrestricted
+    only to cap it."""
+    top = picked[0][0]
+    tab = top.table
+    k = top.request.scheduled
+    # The least end the walk can give the top (:func:`_top_row`): its queue, then its rest at
+    # its window's pace, which is never faster than alone on the whole GPU.
+    top_end = ready[0] + tab.rest(tab.full, k)
+    alone = None
+    for (p, _), c, wait in zip(picked[1:], counts[1:], ready[1:]):
+        misses = _misses_alone(p, now)
+        if alone is None:
+            alone = misses
+        elif misses != alone:
+            return None
+        pt = p.table
+        rem, pace, after = _projection(p, c, wait + pt.work(pt.full, p.request.scheduled, c), caution)
+        # The finish falls as the pace rises; it rises with the top's end while
+        # ``pace * after <= 1``, and is never below ``rem / pace`` (``top_end`` inf).
+        finish = _finish(rem, pace, top_end if pace * after <= 1.0 else math.inf, after)
+        if now + finish + window > p.deadline + _TICK:
+            return p
+    return None
+
+
+def _projection(p: PacedRequest, count: int, end: float, caution: float) -> tuple[float, float, float]:
+    """What :func:`_finish` needs of a restricted request whose window of ``count`` kernels
+    ends at ``end``: its remaining kernels in quota-pace seconds, its pace while the top
+    runs (quota-pace seconds per second, its stretch included), and its pace after: between
+    full-GPU speed (the top's app stays away) and its quota's (it comes back first and takes
+    the GPU again), by ``caution``."""
+    rem, after = _rest_and_after(p, caution)
+    line = p.table.lines[p.quota_row]
+    k = p.request.scheduled
+    return rem, (line[k + count] - line[k]) / max(end * p.stretch, 1e-12), after
+
+
+def _rest_and_after(p: PacedRequest, caution: float) -> tuple[float, float]:
+    """A restricted request's remaining kernels in quota-pace seconds, and its pace once the
+    top is done (seconds per quota-pace second), as :func:`_projection` gives them."""
+    tab = p.table
+    k = p.request.scheduled
+    rem = tab.rest(p.quota_row, k)
+    fast = tab.rest(tab.full, k) / rem
+    return rem, fast + caution * (1.0 - fast)
+
+
+def _finish(rem: float, pace: float, top_end: float, after: float) -> float:
+    """When a restricted request with ``rem`` quota-pace seconds of kernels left is done:
+    at ``pace`` (quota-pace seconds per second) while the top runs, until ``top_end``, and
+    the rest ``after`` seconds per quota-pace second (:func:`_projection`)."""
+    if pace * top_end >= rem:
+        return rem / pace
+    return top_end + (rem - pace * top_end) * after
+
+
+def _misses_alone(p: PacedRequest, now: float) -> bool:
+    """``p`` misses its deadline even alone on the whole GPU from now."""
+    pt = p.table
+    return now + pt.rest(pt.full, p.request.scheduled) * p.stretch > p.deadline
+
+
+CAUTION_GAIN = 1.0
+"""How fast deadline pacing's caution follows lateness: a request late by its app's whole
+ISO latency takes it from 0 to 1.  Our assumption, the natural unit; the Fig. 13 means with
+exponential think times were 23.79 / 23.97 / 23.97 ms at gains 0.5 / 1 / 2
+(``experiments/README.md``)."""
+
+
+def caution_after(caution: float, lateness: float, target: float, gain: float = CAUTION_GAIN) -> float:
+    """An app's caution once one of its requests finished ``lateness`` seconds after its
+    deadline (negative: early), its app's latency target being ``target`` seconds
+    (``gain`` 0: caution stays where it is, 0 from the start: the ablation).
+
+    Caution, in [0, 1], is how little a waiting request's projection counts on the
+    GPU the top frees when it is done: 0, all of it (the top's app stays away long
+    enough); 1, only its quota's pace (the top's app comes back first and takes
+    it).  Which is right depends on the neighbours' arrivals, which deadline
+    pacing does not know; so it learns it from the outcome: lateness raises it,
+    earliness lowers it (an integral controller on lateness relative to the
+    target), and a GPU whose requests finish on time goes back to counting on
+    the bubbles.
+    """
+    return min(max(caution + gain * lateness / target, 0.0), 1.0)
