@@ -131,6 +131,7 @@ class BlessPolicy(Policy):
         lend: bool = True,
         wake_when_due: bool = True,
         background: bool = True,
+        lone_low_priority: bool = True,
     ) -> None:
         if squad_size < 1:
             raise ValueError(f"squad_size must be >= 1, got {squad_size}")
@@ -161,7 +162,8 @@ class BlessPolicy(Policy):
         self.caution_gain = caution_gain
         """Deadline pacing's :data:`~bless.core.deadline_pacing.CAUTION_GAIN` (0: the projection always
         counts on the GPU the top frees, the ablation)."""
-        for name, flag in (("lend", lend), ("wake_when_due", wake_when_due), ("background", background)):
+        flags = (("lend", lend), ("wake_when_due", wake_when_due), ("background", background))
+        for name, flag in (*flags, ("lone_low_priority", lone_low_priority)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be true or false, got {flag!r}")
         self.lend = lend
@@ -173,6 +175,9 @@ class BlessPolicy(Policy):
         self.background = background
         """The earliest waiting request runs in the bubbles, in a low-priority stream (False: it
         waits idle, the ablation)."""
+        self.lone_low_priority = lone_low_priority
+        """A lone request runs in its low-priority stream, so an arrival's kernels take the SMs
+        first (False: in its ordinary stream, the ablation)."""
         self._last_limit: dict[int, int | None] = {}
         """Per request id: SM limit of its latest launched kernel."""
         self.determiner: Determiner | None = None
@@ -234,8 +239,9 @@ class BlessPolicy(Policy):
         )
 
     def low_priority(self, app: AppState) -> bool:
-        """Deadline pacing runs a waiting request in the bubbles, through a low-priority stream."""
-        return self.pacing == "deadline" and self.background
+        """Deadline pacing runs a waiting request in the bubbles, and a lone request, through a
+        low-priority stream."""
+        return self.pacing == "deadline" and (self.background or self.lone_low_priority)
 
     def context_limits(self, app: AppState, gpu: GpuSpec) -> list[int | None]:
         """The unrestricted context plus one restricted context per level 1..max_level."""
@@ -346,6 +352,7 @@ class BlessPolicy(Policy):
             self.lend,
             self.wake_when_due,
             self.background,
+            self.lone_low_priority,
         )
         for e, row, d in zip(launch.launches, launch.rows, launch.durations):
             known[e.request.rid].decided(now, row, d)
@@ -369,6 +376,7 @@ class BlessPolicy(Policy):
             "lend": self.lend,
             "wake_when_due": self.wake_when_due,
             "background": self.background,
+            "lone_low_priority": self.lone_low_priority,
             "decide_per_launch": self.decision.per_launch,
             "decide_per_kernel": self.decision.per_kernel,
         }
