@@ -69,9 +69,6 @@ shortens latency most:
   where what it queued would hold the GPU from where it is due: a lone request
   (an arrival with the earlier deadline waits behind it) and an overloaded app's
   request in a restricted context (its kernels stay there when the GPU frees);
-* and a lone request (unless its app is over its share) runs in the low-priority
-  stream of its unrestricted context: alone, it still has every SM, and an
-  arrival's kernels take the SMs as its queued blocks drain rather than after them.
 """
 
 from __future__ import annotations
@@ -128,9 +125,9 @@ its neighbour's arrivals sooner (a synthetic app at 5x its share, 0.94x its quot
 assumption; on quick re-runs of every experiment (BLESS only; ``experiments/README.md``, item
 17) 0.25 / 0.5 / 0.75 / 1.0 windows gave the Fig. 13 exponential pairs 23.81 / 23.69 / 23.68 /
 23.62 ms with their worst app at 1.008 / 1.011 / 1.009 / 1.016x ISO (1.5: 23.45 ms, 1.014x) and
-Fig. 16's ResNet50 at 0.958 / 0.959 / 0.956 / 0.988x (1.5: 1.029x).  Measured before a lone
-request ran in its low-priority stream; with it, 1.5 windows put 3 of Fig. 14's 140 cells over
-ISO (up to 1.078x; 1 at 0.75, 1.022x)."""
+Fig. 16's ResNet50 at 0.958 / 0.959 / 0.956 / 0.988x (1.5: 1.029x).  With the lone request in
+its low-priority stream too (``lone_low_priority``), 1.5 windows put 3 of Fig. 14's 140 cells
+over ISO (up to 1.078x; 1 at 0.75, 1.022x)."""
 
 
 CAPPED_BACKLOG_QUEUED = 0.5
@@ -209,7 +206,7 @@ def build_deadline_squad(
     lend: bool = True,
     wake_when_due: bool = True,
     background: bool = True,
-    lone_low_priority: bool = True,
+    lone_low_priority: bool = False,
 ) -> PacedLaunch:
     """The kernels to launch now under deadline pacing (see the section comment above).
 
@@ -233,9 +230,10 @@ def build_deadline_squad(
     interference.  A top of an app over its share runs in the low-priority stream of its
     unrestricted context while the last kernels of a request within its share, all launched,
     would otherwise miss that request's deadline (:func:`_tail_at_risk`).
-    ``lone_low_priority``: a request alone with kernels to launch, of an app within its share,
-    runs in the low-priority stream of its unrestricted context, so that an arrival's kernels
-    are not queued behind its own.
+    ``lone_low_priority`` (opt-in, :attr:`~bless.policies.bless.BlessPolicy.lone_low_priority`):
+    a request alone with kernels to launch, of an app within its share, runs in the
+    low-priority stream of its unrestricted context, so that an arrival's kernels are not
+    queued behind its own.
     """
     if window <= 0:
         raise ValueError(f"window must be > 0 seconds, got {window}")

@@ -131,7 +131,7 @@ class BlessPolicy(Policy):
         lend: bool = True,
         wake_when_due: bool = True,
         background: bool = True,
-        lone_low_priority: bool = True,
+        lone_low_priority: bool = False,
     ) -> None:
         if squad_size < 1:
             raise ValueError(f"squad_size must be >= 1, got {squad_size}")
@@ -177,7 +177,9 @@ class BlessPolicy(Policy):
         waits idle, the ablation)."""
         self.lone_low_priority = lone_low_priority
         """A lone request runs in its low-priority stream, so an arrival's kernels take the SMs
-        first (False: in its ordinary stream, the ablation)."""
+        as its queued blocks drain (opt-in: it brings Fig. 13's exponential pairs within 1 % of
+        ISO but takes an app beside a neighbour's closed loop with no think time over it;
+        ``experiments/README.md``, item 20)."""
         self._last_limit: dict[int, int | None] = {}
         """Per request id: SM limit of its latest launched kernel."""
         self.determiner: Determiner | None = None
