@@ -82,11 +82,11 @@ def test_bert_keeps_its_iso_latency_beside_an_overloaded_resnet101(times):
     assert served_rate(resnet, 3.0) >= 0.9 * share, served_rate(resnet, 3.0) / share
 
 
-def test_an_overloaded_app_gets_its_quota_s_rate_between_a_neighbour_s_requests():
-    """VGG11 at 5x its quota's throughput beside BERT's closed loop B: while BERT runs, VGG11
-    runs capped; between BERT's requests the GPU is VGG11's.  With 1.5 windows of kernels queued
-    in its capped context it spent a sixth of BERT's think time at its quota, and was served at
-    0.95x its quota's rate; at `CAPPED_BACKLOG_QUEUED` (0.5), 0.99x, with BERT still at ISO."""
+def test_an_overloaded_app_keeps_its_quota_s_rate_beside_a_closed_loop():
+    """VGG11 at 5x its quota's throughput beside BERT's closed loop B: while a BERT request is
+    in flight VGG11 runs capped, and kernels queued in its capped context stay there.  With 1.5
+    windows of them queued it was served at 0.95x its quota's rate; at `CAPPED_BACKLOG_QUEUED`
+    (0.5), 0.99x, with BERT still at ISO."""
     share = 1 / load_app("vgg11", "a100").latency_at_quota(0.5)
     apps = [{"app": "bert", "quota": 0.5, "load": "B"}, {"app": "vgg11", "quota": 0.5, "load": "B"}]
     apps[1]["load"] = {"type": "poisson", "rate": 5 * share}

@@ -132,13 +132,13 @@ over ISO (up to 1.078x; 1 at 0.75, 1.022x)."""
 
 CAPPED_BACKLOG_QUEUED = 0.5
 """Windows of kernels a request keeps queued while its app is over its share (requests queued
-behind it) and it runs in a restricted context.  Kernels queued in a context stay there: when
-the neighbour it made room for is done, the GPU is the overloaded app's, but it runs what it
-queued at its quota until the queue drains, a sixth of the neighbour's think time at
-:data:`QUEUED`.  What its quota promises it is throughput, and that is where it lost it: VGG11
-at 5x its share beside BERT's closed loop got 1.17x its quota's rate between BERT's requests,
-where alone on the GPU it gets 1.83x, and 0.95x over the run.  Our assumption; on
-``isolation_pairs.py``'s neighbours at 5x (BLESS only) 0.25 / 0.5 / 0.75 / 1.0 windows left
+behind it) and it runs in a restricted context.  Kernels queued in a context stay there, and
+what its quota promises it is throughput: VGG11 at 5x its share beside BERT's closed loop
+finished requests at 0.52x its quota's rate while a BERT request was in flight (1.83x between
+them, as alone on the GPU), 0.95x over the run; at 0.5 windows 0.58x (1.83x), 0.99x, BERT at
+ISO either way.  Our reading: a request's last kernels, launched, leave SMs the overloaded
+app may take, but what it had queued in its capped context runs there first.  Our
+assumption; on ``isolation_pairs.py``'s neighbours at 5x (BLESS only) 0.25 / 0.5 / 0.75 / 1.0 windows left
 them on average 0.013 / 0.012 / 0.013 / 0.014 below the lesser of 1 and the fluid estimate of
 their best (0.019 at 1.5 windows), with the worst victim at 0.999 / 0.992 / 1.011 / 1.020x ISO
 (0.988x); on quick re-runs of every other experiment's BLESS runs at 0.5, only workload D moved
