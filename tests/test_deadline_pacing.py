@@ -39,9 +39,18 @@ def pair(neighbour_load, policy="bless", duration=1.5, apps=("resnet50", "bert")
     )
 
 
-def served_rate(app, duration: float) -> float:
-    """Requests of ``app`` completed per second while requests arrive (a backlog drains after)."""
-    return float(np.sum(app.arrivals + app.latencies <= duration)) / duration
+def served_rate(app, duration: float, since: float = 0.0) -> float:
+    """Requests of ``app`` completed per second between ``since`` and ``duration``, while
+    requests arrive (a backlog drains after)."""
+    ends = app.arrivals + app.latencies
+    return float(np.sum((ends > since) & (ends <= duration))) / (duration - since)
+
+
+def linear_table(gpu, unit: float = 1.0) -> PaceTable:
+    """Contexts of 36, 54 and 72 SMs for 40 kernels that scale linearly: ``unit`` seconds each
+    on the whole GPU (108 SMs)."""
+    per_kernel = [108 / n * unit for n in (36, 54, 72, 108)]
+    return PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
 
 
 @pytest.mark.parametrize("load", ["poisson:20", "poisson:100", {"type": "closed", "interval": 0.0}])
@@ -94,8 +103,7 @@ def test_an_overloaded_app_keeps_its_quota_s_rate_beside_a_closed_loop():
     bert, vgg = run_config(config_from_dict(config)).apps
     steady = bert.latencies[bert.arrivals >= 0.5].mean()  # once VGG11's backlog has built up
     assert steady <= 1.01 * bert.iso_latency, steady / bert.iso_latency
-    ends = vgg.arrivals + vgg.latencies
-    served = float(np.sum((ends > 0.5) & (ends <= 3.0))) / 2.5  # while both run, its backlog built up
+    served = served_rate(vgg, 3.0, since=0.5)  # while both run, its backlog built up
     assert served >= 0.98 * share, served / share
 
 
@@ -235,8 +243,7 @@ def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
     quota's rate where the top did not need it); the overloaded request runs at its quota when
     urgent."""
     gpu = get_gpu("a100")
-    per_kernel = [108 / n for n in (36, 54, 72, 108)]  # 40 kernels that scale linearly: 1 s each on 108 SMs
-    table = PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
+    table = linear_table(gpu)
     over, calm = (AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2))
 
     def squad(calm_deadline, backlog):
@@ -265,8 +272,7 @@ def test_an_app_over_its_share_yields_the_sms_to_the_last_kernels_of_one_within_
     quota it would lose the ones they leave); once they are done, or beside a request of an app
     within its share, it runs as any top."""
     gpu = get_gpu("a100")
-    per_kernel = [108 / n for n in (36, 54, 72, 108)]  # 40 kernels that scale linearly: 1 s each on 108 SMs
-    table = PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
+    table = linear_table(gpu)
     apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2)]
 
     def squad(queued_until, backlog):
@@ -293,8 +299,7 @@ def test_a_lone_request_runs_in_its_low_priority_stream_unless_its_app_is_over_i
     ordinary stream (what its quota promises it is throughput), and so does a request beside
     another."""
     gpu = get_gpu("a100")
-    per_kernel = [108 / n for n in (36, 54, 72, 108)]  # 40 kernels that scale linearly: 1 s each on 108 SMs
-    table = PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
+    table = linear_table(gpu)
     apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2)]
 
     def squad(requests, backlog=False, lone_low_priority=True):  # the opt-in, unless said
@@ -388,8 +393,7 @@ def test_a_late_top_takes_what_its_deadline_needs_from_a_neighbour_that_still_me
     top is done and then on the whole GPU, still meets its own deadline with a window to spare,
     or from a neighbour whose app is over its share."""
     gpu = get_gpu("a100")
-    per_kernel = [108 / n for n in (36, 54, 72, 108)]  # 40 kernels that scale linearly: 1 s each on 108 SMs
-    table = PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
+    table = linear_table(gpu)
     apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2)]
 
     def squad(caution, neighbour_deadline=80.5, lend=True, backlog=False):
@@ -421,8 +425,7 @@ def test_a_late_urgent_request_takes_what_its_deadline_needs_from_the_top_s_spar
     misses its deadline at its quota beside the top, takes SMs of the top's quota that the
     top's own deadline does not need."""
     gpu = get_gpu("a100")
-    per_kernel = [108 / n for n in (36, 54, 72, 108)]  # 40 kernels that scale linearly: 1 s each on 108 SMs
-    table = PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
+    table = linear_table(gpu)
     apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2)]
 
     def squad(caution, top_deadline=60.0, lend=True):
@@ -601,8 +604,7 @@ def test_the_shortcut_past_the_top_s_walk_decides_as_the_walk_with_kernels_queue
 
     gpu = get_gpu("a100")
     rng = np.random.default_rng(7)
-    per_kernel = [108 / n for n in (36, 54, 72, 108)]  # kernels that scale linearly: 1 ms each on 108 SMs
-    table = PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t * 1e-3 for t in per_kernel]))
+    table = linear_table(gpu, unit=1e-3)
     apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 1 / 3) for i in range(3)]
 
     def price(runs, horizon):

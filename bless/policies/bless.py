@@ -162,8 +162,12 @@ class BlessPolicy(Policy):
         self.caution_gain = caution_gain
         """Deadline pacing's :data:`~bless.core.deadline_pacing.CAUTION_GAIN` (0: the projection always
         counts on the GPU the top frees, the ablation)."""
-        flags = (("lend", lend), ("wake_when_due", wake_when_due), ("background", background))
-        for name, flag in (*flags, ("lone_low_priority", lone_low_priority)):
+        for name, flag in (
+            ("lend", lend),
+            ("wake_when_due", wake_when_due),
+            ("background", background),
+            ("lone_low_priority", lone_low_priority),
+        ):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be true or false, got {flag!r}")
         self.lend = lend
