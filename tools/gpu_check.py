@@ -49,6 +49,7 @@ from bless.backend.interface import LAUNCH_QUEUE, BackendError, HostCosts  # noq
 from bless.build.profiler import no_gc  # noqa: E402
 from bless.hw.costs import gpu_constants  # noqa: E402
 from bless.hw.gpus import N_LEVELS  # noqa: E402
+from bless.policies.common import STREAM_BUDGET  # noqa: E402
 from bless.profiles.format import KernelDesc, Profile, Provenance  # noqa: E402
 
 CHECK_PTX = r"""
@@ -370,9 +371,9 @@ def check_launch_queue(backend, app, most: int = 3 * LAUNCH_QUEUE) -> Check:
     on the host, the garbage collector off: once the queue is full every launch waits for a
     kernel to end, so the first of five launches in a row over 100 us marks it (a slow launch
     or two are the host's own hiccups: a loaded host stalled one 375 ms, and the next two).
-    The simulator blocks at ``LAUNCH_QUEUE`` (a user's measurement) and the whole-request
-    policies keep each stream below it, so a queue shorter than that would hold up every
-    app's launches."""
+    The simulator blocks at ``LAUNCH_QUEUE`` and the whole-request policies keep at most
+    ``STREAM_BUDGET`` kernels in a stream, so a queue shorter than that budget would hold up
+    every app's launches."""
     stream = backend.create_stream(backend.create_context(app, None))
     backend.synchronize()
     times: list[float] = []
@@ -387,14 +388,20 @@ def check_launch_queue(backend, app, most: int = 3 * LAUNCH_QUEUE) -> Check:
                 break
     backend.synchronize()
     typical = us(statistics.median(times))
-    data = {"blocked_at": blocked, "launched": len(times), "median_launch_us": typical, "assumed": LAUNCH_QUEUE}
+    data = {
+        "blocked_at": blocked,
+        "launched": len(times),
+        "median_launch_us": typical,
+        "assumed": LAUNCH_QUEUE,
+        "policies_keep": STREAM_BUDGET,
+    }
     if blocked is None:
         detail = f"no launch blocked in {len(times)} (median {typical} us each): the queue holds at least that many"
         return Check("launch queue depth", "PASS", detail, data)
-    ok = blocked >= LAUNCH_QUEUE
+    ok = blocked > STREAM_BUDGET
     detail = (
         f"launch {blocked} blocked for {us(times[blocked])} us (median {typical} us before): a stream holds "
-        f"about {blocked} kernels; the simulator and the policies assume {LAUNCH_QUEUE}"
+        f"about {blocked} kernels; the simulator assumes {LAUNCH_QUEUE}, the policies keep at most {STREAM_BUDGET}"
     )
     return Check("launch queue depth", "PASS" if ok else "FAIL", detail, data)
 

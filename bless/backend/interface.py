@@ -32,14 +32,16 @@ from bless.hw.gpus import GpuSpec, get_gpu
 from bless.profiles.format import Profile
 from bless.registry import Registry
 
-LAUNCH_QUEUE = 1000
+LAUNCH_QUEUE = 530
 """Kernels a CUDA stream holds launched and not yet finished before the next launch into it
-blocks the host until one ends: about 1000, measured by a user with a short kernel launched
-10000 times, each of three streams holding about 1000 (NVIDIA developer forum, "CUDA stream
-are blocked when launch lots of kernels (>1000)", 2018; GPU and driver not given).  The CUDA
-backend launches every app's kernels from one host thread, so a full stream holds up every
-app's launches; the simulator blocks its host there the same way.  Not yet measured here:
-``tools/gpu_check.py``'s "launch queue depth" check measures it on a GPU."""
+blocks the host until one ends.  Measured on an H200 (driver 580.159.04, CUDA 13.0) by
+``tools/gpu_check.py``'s "launch queue depth" check: the 531st launch of a ~360 us kernel into
+one stream waited 336 us for one to end (``tools/gpu_check_results/2026-11-27-h200-2``).  A user
+on NVIDIA's developer forum saw about 1000 with a short kernel ("CUDA stream are blocked when
+launch lots of kernels (>1000)", 2018; GPU and driver not given), so the depth varies with the
+GPU and driver, and may with the kernel's arguments (our assumption).  The CUDA backend
+launches every app's kernels from one host thread, so a full stream holds up every app's
+launches; the simulator blocks its host there the same way."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bless.backend.interface import LAUNCH_QUEUE
 from bless.core.lifecycle import AppState, Request
 from bless.core.policy import Decision, RequestLaunch
 from bless.hw.gpus import GpuSpec
@@ -29,10 +28,12 @@ app's whole backlog instead filled its stream's launch queue on an H200
 33-284x their ISO latency, every launch waiting for the backlog to drain."""
 
 
-STREAM_BUDGET = LAUNCH_QUEUE // 2
-"""Kernels a whole-request policy keeps launched and unfinished in one stream at most: half the
-launch queue, a margin for a GPU whose queue is shorter than the figure it comes from (ours
-not yet measured, ``tools/gpu_check.py``'s "launch queue depth")."""
+STREAM_BUDGET = 500
+"""Kernels a whole-request policy keeps launched and unfinished in one stream at most, below
+the :data:`~bless.backend.interface.LAUNCH_QUEUE` of 530 measured on an H200.  With it, GSLICE's
+isolation cells on that GPU (an app at 5x its share beside each victim) kept every victim within
+0.04 of the simulator's figure, none held up by a full stream
+(``tools/gpu_check_results/2026-11-27-h200-2``)."""
 
 CHUNK = STREAM_BUDGET // 2
 """Kernels of a longer request launched at a time, two chunks at most unfinished: the request
