@@ -46,11 +46,11 @@ def served_rate(app, duration: float, since: float = 0.0) -> float:
     return float(np.sum((ends > since) & (ends <= duration))) / (duration - since)
 
 
-def linear_table(gpu, unit: float = 1.0) -> PaceTable:
-    """Contexts of 36, 54 and 72 SMs for 40 kernels that scale linearly: ``unit`` seconds each
+def linear_table(gpu, unit: float = 1.0, contexts: tuple[int, ...] = (36, 54, 72)) -> PaceTable:
+    """Contexts of ``contexts`` SMs for 40 kernels that scale linearly: ``unit`` seconds each
     on the whole GPU (108 SMs)."""
-    per_kernel = [108 / n * unit for n in (36, 54, 72, 108)]
-    return PaceTable((36, 54, 72), gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
+    per_kernel = [108 / n * unit for n in (*contexts, 108)]
+    return PaceTable(contexts, gpu.sm_count, np.array([np.arange(41) * t for t in per_kernel]))
 
 
 @pytest.mark.parametrize("load", ["poisson:20", "poisson:100", {"type": "closed", "interval": 0.0}])
@@ -105,6 +105,23 @@ def test_an_overloaded_app_keeps_its_quota_s_rate_beside_a_closed_loop():
     assert steady <= 1.01 * bert.iso_latency, steady / bert.iso_latency
     served = served_rate(vgg, 3.0, since=0.5)  # while both run, its backlog built up
     assert served >= 0.98 * share, served / share
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_bert_keeps_its_iso_latency_beside_an_overloaded_vgg11_at_any_seed(seed):
+    """BERT's closed loop B beside VGG11 at 5x its quota's throughput: BERT's requests that fell
+    too far behind to meet their deadlines even on the whole GPU took no SMs from VGG11 and ran
+    on about their quota's, slowed by VGG11's DRAM traffic: 1.013x and 1.017x ISO at seeds 1
+    and 2.  They now take all but half of VGG11's quota, and VGG11 keeps its quota's rate."""
+    share = 1 / load_app("vgg11", "a100").latency_at_quota(0.5)
+    apps = [{"app": "bert", "quota": 0.5, "load": "B"}, {"app": "vgg11", "quota": 0.5, "load": "B"}]
+    apps[1]["load"] = {"type": "poisson", "rate": 5 * share}
+    config = {"gpu": "a100", "duration": 3.0, "warmup": 0.0, "seed": seed, "noise": 0.02, "policy": "bless"}
+    bert, vgg = run_config(config_from_dict({**config, "apps": apps})).apps
+    steady = bert.latencies[bert.arrivals >= 0.5].mean()  # once VGG11's backlog has built up
+    assert steady <= 0.99 * bert.iso_latency, steady / bert.iso_latency
+    served = served_rate(vgg, 3.0, since=0.5)
+    assert served >= 0.95 * share, served / share
 
 
 SYNTHETIC = {"wide": (120, 80.0, 11), "many": (300, 30.0, 12), "long": (60, 250.0, 13)}
@@ -263,6 +280,31 @@ def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
     assert squad(20.0, backlog=True) == {0: 36, 1: None}  # lends the 18 SMs the top's deadline needs
     assert squad(18.5, backlog=True) == {0: 36, 1: None}  # exactly: the top's app has not been late
     assert squad(20.0, backlog=False) == {0: 54, 1: None}  # an on-time app lends only to a late top
+
+
+def test_a_top_that_misses_its_deadline_even_on_the_whole_gpu_takes_sms_from_an_overloaded_app():
+    """No SMs buy such a top its deadline, but each shortens its lateness: an app over its share
+    lends it all but half its quota (``HOPELESS_KEEP``); an app within its share lends it none
+    (lending to a top is only where the lender still meets its own deadline)."""
+    gpu = get_gpu("a100")
+    table = linear_table(gpu, contexts=(18, 36, 54, 72, 90))
+    over, calm = (AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2))
+
+    def squad(top_deadline, backlog, caution=None):
+        over.queue.clear()
+        if backlog:
+            over.submit(Request(9, over, 0.0))
+        # 80 s at its 54 SMs, deadline 70 s: it cannot wait.
+        urgent = PacedRequest(Request(0, over, 0.0), 70.0, table, 54.0, 1.0)
+        # 10 kernels left, slowed 1.2x: 18 s at 72 SMs, 14.4 s at 90, 12 s on the whole GPU.
+        top = PacedRequest(Request(1, calm, 0.0), top_deadline, table, 54.0, 1.2)
+        top.request.scheduled = 30
+        launches = build_deadline_squad([urgent, top], 0.0, 1.0, caution=caution).launches
+        return {launch.request.rid: launch.sm_limit for launch in launches}
+
+    assert squad(20.0, backlog=True) == {0: 36, 1: None}  # lends the 18 SMs the top's deadline needs
+    assert squad(10.0, backlog=True) == {0: 36, 1: None}  # hopeless: 36 of the 90 context's, keeping half
+    assert squad(10.0, backlog=False, caution={1: 1.0}) == {0: 54, 1: None}  # within its share: none
 
 
 def test_an_app_over_its_share_yields_the_sms_to_the_last_kernels_of_one_within_it():

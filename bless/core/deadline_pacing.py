@@ -31,7 +31,9 @@ shortens latency most:
   window to spare (its neighbours' interference slows it) takes them from
   urgent neighbours whose apps are over their share (requests queue behind
   them), whatever their deadlines: what their quotas promise them is
-  throughput, and the top's app gives the GPU back when it is idle; and, if
+  throughput, and the top's app gives the GPU back when it is idle (a top that
+  misses its deadline even on the whole GPU takes all but half their quota:
+  each SM still shortens its lateness); and, if
   its app has been finishing late (its caution), from urgent neighbours whose
   apps have kept their deadlines, each down to a smaller context only where,
   slowed there until the top is done and on the whole GPU after, it still
@@ -143,6 +145,19 @@ them on average 0.013 / 0.012 / 0.013 / 0.014 below the lesser of 1 and the flui
 their best (0.019 at 1.5 windows), with the worst victim at 0.999 / 0.992 / 1.011 / 1.020x ISO
 (0.988x); on quick re-runs of every other experiment's BLESS runs at 0.5, only workload D moved
 (25.97 -> 25.92 ms; ``experiments/README.md``, item 19)."""
+
+
+HOPELESS_KEEP = 0.5
+"""Share of its quota's SMs an app over its share keeps when it lends to a top that misses its
+deadline even on the whole GPU.  Every SM more still shortens such a top's lateness, but it used
+to take none ("no SMs buy it its deadline") and ran beside the overloaded app's capped kernels
+on about its quota's SMs, slowed by their DRAM traffic: BERT's closed loop beside VGG11 at 1x
+and 5x its share was hopeless at 29 % of the steps where it was the top, and 1.013-1.017x ISO
+at seeds 1 and 2 with 26-39 % of its requests late.  Our assumption, measured on that pair at
+seeds 1 and 2 (1x and 5x): keeping 0.25 / 0.5 / 0.75 of the quota put BERT at 0.973-0.977 /
+0.975-0.978 / 1.001-1.009x ISO and served VGG11 at 0.95-0.98 / 0.96-0.99 / 0.96-1.00x its
+quota's rate; lending down to the smallest context served VGG11 at 0.95-0.98x and moved
+workload D from 25.92 to 25.99 ms (0.5: 25.95; ``experiments/README.md``, item 21)."""
 
 
 BEST_EFFORT_WINDOW = 0.1
@@ -279,6 +294,7 @@ def build_deadline_squad(
     top_late = bool(cautions.get(top.request.app.index))
     want: float | None = None if lend else 0.0
     top_end = 0.0
+    hopeless = False  # the top misses its deadline even on the whole GPU
     # And the reverse: a sole urgent request whose app has been the latest may take what its
     # deadline needs beyond its quota from the top's quota, less what the top's own deadline needs.
     borrow = lend and len(urgent) == 1
@@ -314,9 +330,13 @@ def build_deadline_squad(
             and ((over := p.request.app.backlogged) or (top_late and not cautions.get(p.request.app.index)))
         ):
             if want is None:
-                want, top_end = _beyond_quota(top, now, window if top_late else 0.0)
+                want, top_end, hopeless = _beyond_quota(top, now, window if top_late else 0.0)
             smaller = tab.first_row_at_most(sms[q] - want)
-            if 0 <= smaller < q and (over or _meets_after_lending(p, smaller, top_end, left, window)):
+            if hopeless:  # only an app over its share lends to it, and keeps part of its quota
+                smaller = max(smaller, tab.first_row_at_least(sms[q] * HOPELESS_KEEP))
+            if 0 <= smaller < q and (
+                over or (not hopeless and _meets_after_lending(p, smaller, top_end, left, window))
+            ):
                 want = 0.0  # met: ``smaller`` leaves the top at least what it wants
                 spare -= sms[q] - sms[smaller]  # lent to the top, not to the others
                 row = smaller
@@ -438,10 +458,12 @@ def _affords(picked: list[tuple[PacedRequest, int]], slowdown: float, now: float
     return True
 
 
-def _beyond_quota(top: PacedRequest, now: float, margin: float) -> tuple[float, float]:
-    """The SMs ``top`` needs beyond its quota to meet its deadline alone with ``margin`` to spare
-    (0 if none, or if it misses it even on the whole GPU: then nobody's SMs buy it its deadline),
-    and how long its remaining kernels take there (its interference stretch included).
+def _beyond_quota(top: PacedRequest, now: float, margin: float) -> tuple[float, float, bool]:
+    """The SMs ``top`` needs beyond its quota to meet its deadline alone with ``margin`` to spare,
+    how long its remaining kernels take there (its interference stretch included), and whether
+    it misses its deadline even on the whole GPU (hopeless): then the SMs beyond its quota of
+    the largest restricted context, the most it can take from a neighbour (every SM more
+    shortens its lateness; the lender keeps :data:`HOPELESS_KEEP` of its quota).
 
     The margin is a window where the top's app has been late, the margin the lenders keep too
     (:func:`_meets_after_lending`): the stretch is a mean, and a top lent exactly its expected
@@ -453,8 +475,10 @@ def _beyond_quota(top: PacedRequest, now: float, margin: float) -> tuple[float, 
     tab = top.table
     k = top.request.scheduled
     row = top.deadline_row(now, margin=margin, lowest=top.quota_row)
-    want = tab.row_sms[row] - top.quota_sms if row < tab.full else 0.0
-    return want, tab.rest(row, k) * top.stretch
+    hopeless = row >= tab.full
+    if hopeless:
+        row = tab.full - 1
+    return tab.row_sms[row] - top.quota_sms, tab.rest(row, k) * top.stretch, hopeless
 
 
 def _meets_after_lending(p: PacedRequest, smaller: int, top_end: float, left: float, window: float) -> bool:
