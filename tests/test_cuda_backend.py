@@ -197,8 +197,13 @@ def test_timed_launches_measure_the_kernel(fake, apps):
     b.synchronize()
     truth = apps[1].t_at_sms(40)
     measured = np.array([r.end - r.start for r in runs])
-    # Events bracket the kernel plus, on an idle stream, the host's launch latency.
-    assert np.all(measured >= truth - 1e-6) and np.all(measured[1:] <= truth[1:] + 2e-6)
+    # Events bracket the kernel plus, on an idle stream, the host's launch latency: a launch
+    # issued while the kernel before it still ran measures the kernel alone (on a loaded host
+    # a launch can come after the stream went idle).
+    assert np.all(measured >= truth - 1e-6)
+    behind = [i for i in range(1, len(runs)) if runs[i].issue < runs[i - 1].end]
+    assert behind, "no launch was issued behind a running kernel"
+    assert np.all(measured[behind] <= truth[behind] + 2e-6)
     assert all(r.start >= prev.end - 1e-6 for prev, r in zip(runs, runs[1:]))
     b.close()
 
