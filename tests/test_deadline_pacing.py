@@ -258,21 +258,24 @@ def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
     takes from it the SMs its deadline needs beyond its quota whether or not its own app has
     been late (with a window to spare only if it has: the margin cost the overloaded app its
     quota's rate where the top did not need it); the overloaded request runs at its quota when
-    urgent."""
+    urgent.  A top that misses its deadline even on the whole GPU still takes SMs, each of which
+    shortens its lateness: all but half the overloaded app's quota (``HOPELESS_KEEP``), and none
+    from an app within its share (that lends only where it still meets its own deadline)."""
     gpu = get_gpu("a100")
-    table = linear_table(gpu)
+    table = linear_table(gpu, contexts=(18, 36, 54, 72, 90))
     over, calm = (AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2))
 
-    def squad(calm_deadline, backlog):
+    def squad(calm_deadline, backlog, caution=None):
         over.queue.clear()
         if backlog:
             over.submit(Request(9, over, 0.0))
         # The overloaded app's request: 80 s at its 54 SMs, deadline 70 s: it cannot wait.
         head = PacedRequest(Request(0, over, 0.0), 70.0, table, 54.0, 1.0)
-        # The neighbour's: 10 kernels left, slowed 1.2x: 24 s at its 54 SMs, 18 s at 72.
+        # The neighbour's: 10 kernels left, slowed 1.2x: 24 s at its 54 SMs, 18 s at 72, 14.4 s
+        # at 90, 12 s on the whole GPU.
         other = PacedRequest(Request(1, calm, 0.0), calm_deadline, table, 54.0, 1.2)
         other.request.scheduled = 30
-        launches = build_deadline_squad([head, other], 0.0, 1.0).launches
+        launches = build_deadline_squad([head, other], 0.0, 1.0, caution=caution).launches
         return {launch.request.rid: "bubbles" if launch.low_priority else launch.sm_limit for launch in launches}
 
     assert squad(90.0, backlog=True) == {0: 54, 1: None}  # behind the later deadline, at its quota
@@ -280,29 +283,6 @@ def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
     assert squad(20.0, backlog=True) == {0: 36, 1: None}  # lends the 18 SMs the top's deadline needs
     assert squad(18.5, backlog=True) == {0: 36, 1: None}  # exactly: the top's app has not been late
     assert squad(20.0, backlog=False) == {0: 54, 1: None}  # an on-time app lends only to a late top
-
-
-def test_a_top_that_misses_its_deadline_even_on_the_whole_gpu_takes_sms_from_an_overloaded_app():
-    """No SMs buy such a top its deadline, but each shortens its lateness: an app over its share
-    lends it all but half its quota (``HOPELESS_KEEP``); an app within its share lends it none
-    (lending to a top is only where the lender still meets its own deadline)."""
-    gpu = get_gpu("a100")
-    table = linear_table(gpu, contexts=(18, 36, 54, 72, 90))
-    over, calm = (AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2))
-
-    def squad(top_deadline, backlog, caution=None):
-        over.queue.clear()
-        if backlog:
-            over.submit(Request(9, over, 0.0))
-        # 80 s at its 54 SMs, deadline 70 s: it cannot wait.
-        urgent = PacedRequest(Request(0, over, 0.0), 70.0, table, 54.0, 1.0)
-        # 10 kernels left, slowed 1.2x: 18 s at 72 SMs, 14.4 s at 90, 12 s on the whole GPU.
-        top = PacedRequest(Request(1, calm, 0.0), top_deadline, table, 54.0, 1.2)
-        top.request.scheduled = 30
-        launches = build_deadline_squad([urgent, top], 0.0, 1.0, caution=caution).launches
-        return {launch.request.rid: launch.sm_limit for launch in launches}
-
-    assert squad(20.0, backlog=True) == {0: 36, 1: None}  # lends the 18 SMs the top's deadline needs
     assert squad(10.0, backlog=True) == {0: 36, 1: None}  # hopeless: 36 of the 90 context's, keeping half
     assert squad(10.0, backlog=False, caution={1: 1.0}) == {0: 54, 1: None}  # within its share: none
 
