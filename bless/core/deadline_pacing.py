@@ -349,7 +349,8 @@ def build_deadline_squad(
         for p, row in picked
     ]  # windows each keeps queued
     refills = [p.busy_until - d * w for (p, _), d, w in zip(picked, depths, windows)]  # when each runs short of kernels
-    if waiting is not None and waiting.busy_until - QUEUED * window * BACKGROUND_WINDOW > now + _TICK:
+    waiting_depth = QUEUED * window * BACKGROUND_WINDOW  # seconds of kernels the waiting request keeps queued
+    if waiting is not None and waiting.busy_until - waiting_depth > now + _TICK:
         waiting = None  # it has enough queued
     if waiting is None and min(refills) > now + max(_TICK, REFILL_SLACK * window):
         return PacedLaunch((), (), (), (), min(wake, *refills))  # every one has enough queued
@@ -396,7 +397,7 @@ def build_deadline_squad(
         rows.append(tab.full)
         durations.append(tab.work(tab.full, r.scheduled, count) * waiting.stretch)
         if r.scheduled + count < tab.n_kernels:  # its next refill (it may be due before anyone else's)
-            wake = min(wake, max(now, waiting.busy_until) + durations[-1] - QUEUED * window * BACKGROUND_WINDOW)
+            wake = min(wake, max(now, waiting.busy_until) + durations[-1] - waiting_depth)
     if not entries:
         return PacedLaunch((), (), (), (), wake)
     return PacedLaunch(tuple(entries), _start_order(entries, lines), tuple(rows), tuple(durations), wake)
