@@ -25,10 +25,6 @@ The same cells on a GPU, with profiles measured there (``PROFILES/<app>.json``),
 
     python experiments/isolation_pairs.py --backend cuda --gpu h100 --mechanism green \
         --profiles PROFILES --apps resnet50,bert,vgg11 --times 5 --jobs 1
-
-On a GPU the first cell is run once more, first, and not recorded: on a fresh H200 nothing
-finished for the first 3.4 s of the first run, longer than a cell's 3 s of arrivals, and later
-runs were normal (``tools/gpu_check_results/2026-11-27-h200-2``; the cause is not yet known).
 """
 
 from __future__ import annotations
@@ -128,8 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     apps, policies = args.apps.split(","), args.policies.split(",")
     times_list = [int(t) for t in args.times.split(",")]
     jobs = [(v, n, t, p) for v in apps for n in apps for t in times_list for p in policies]
-    if args.backend == "cuda":  # a fresh machine's first run stalls (the module's docstring)
-        print("warm-up, not recorded:", *jobs[0], "{:.3f} {:.2f}".format(*run(bench, *jobs[0])), file=sys.stderr)
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as pool:
             cells = list(pool.map(run, [bench] * len(jobs), *zip(*jobs)))

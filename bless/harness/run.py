@@ -14,6 +14,7 @@ from bless.harness.config import ConfigError, RunConfig, resolve_slo
 from bless.harness.loads import parse_load
 from bless.harness.replay import Replay
 from bless.harness.results import RunResult
+from bless.harness.warm import warm_up_policy
 from bless.hw.gpus import GpuSpec, get_gpu
 from bless.profiles.catalog import load_app
 from bless.profiles.format import Profile
@@ -81,6 +82,8 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
     if not policy.isolated:
         backend = make_backend(cfg, gpu)
         policy = make_policy(cfg, backend.mechanism)
+        if cfg.backend != "sim":  # a wall clock: compile before it starts
+            warm_up_policy(policy, gpu, backend.mechanism)
         runtime = Replay(
             backend,
             policy,
@@ -108,9 +111,12 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
             for k, i in enumerate(group.apps)
         ]
         backend = make_backend(cfg, group.gpu, seed_offset=first)
+        group_policy = group.policy or make_policy(cfg, backend.mechanism)
+        if cfg.backend != "sim":
+            warm_up_policy(group_policy, group.gpu, backend.mechanism)
         runtime = Replay(
             backend,
-            group.policy or make_policy(cfg, backend.mechanism),
+            group_policy,
             members,
             [loads[i] for i in group.apps],
             duration=cfg.duration,

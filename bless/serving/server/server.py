@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
 from pathlib import Path
 
 import grpc
 
 from bless.backend.interface import Backend, create_backend
-from bless.core.lifecycle import AppState
+from bless.harness.warm import warm_up_policy
 from bless.policies.bless import BlessPolicy
 from bless.serving.api import ADMIN_SERVICE, OIP_SERVICE
 from bless.serving.server.admin import AdminService
@@ -57,27 +56,8 @@ def make_backend(cfg: ServerConfig) -> Backend:
 
 
 def warm_up(cfg: ServerConfig) -> None:
-    """Run a few squads of two synthetic apps in virtual time before serving.
-
-    The determiner's compiled kernels load on first use (about 0.3 s); without
-    this the first real request would wait for them.
-    """
-    from bless.core.executor import Executor
-    from bless.core.lifecycle import Request
-    from bless.profiles.synthetic import synthetic_profile
-    from bless.sim.backend import SimBackend
-
-    apps = [
-        AppState(i, f"warm-up-{i}", synthetic_profile(f"warm-up-{i}", gpu=cfg.gpu, n_kernels=8, seed=i), 0.5)
-        for i in range(2)
-    ]
-    policy = bless_policy(cfg)
-    executor = Executor(SimBackend(cfg.gpu, mechanism=cfg.mechanism), policy, apps)
-    for rid, app in enumerate(apps):
-        app.submit(Request(rid, app, 0.0))
-    while executor.launched or any(a.queue or a.active for a in apps):
-        executor.step(math.inf)
-    executor.close()
+    """Load the policy's compiled estimators before serving, so the first request does not wait for them."""
+    warm_up_policy(bless_policy(cfg), cfg.gpu, cfg.mechanism)
 
 
 def bless_policy(cfg: ServerConfig) -> BlessPolicy:
