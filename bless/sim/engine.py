@@ -449,6 +449,7 @@ class Engine:
         low-priority ones (kept here, at each start, rather than sorted at every event)."""
         self._seq += 1
         run.seq = self._seq
+        run.after = None  # its wait is over; dropping the link lets finished kernels be freed
         running = self.running
         i = len(running)
         if self._low_priority and not run.stream.low_priority:

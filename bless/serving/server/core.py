@@ -49,6 +49,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from bless.backend.interface import Backend, BackendError
 from bless.core.executor import Executor
+from bless.core.heap import frozen_heap
 from bless.core.lifecycle import AppState, Request
 from bless.policies.bless import BlessPolicy
 from bless.profiles.format import Profile
@@ -314,29 +315,34 @@ class ServingCore:
     # ================================================================ loop thread
     def _run(self) -> None:
         try:
-            while True:
-                self._wakeup.clear()
-                self._drain()
-                self._expire()
-                self._complete_removals()
-                self._sample()
-                busy = self._busy()
-                if self._stopping and (not busy or self.backend.now() >= self._stop_deadline):
-                    break
-                if not busy:
-                    self._wakeup.wait(0.05 if self._stopping else GPU_SAMPLE_PERIOD)
-                    continue
-                step = self.executor.step(math.inf)
-                for req in step.finished:
-                    self._on_finished(req)
-                self._after_step()
-                if not step.launched and not step.finished:
-                    self._wakeup.wait(1e-3)  # the policy chose to wait: do not spin
+            with frozen_heap():
+                self._serve()
         except Exception as e:  # a bug: fail everything loudly rather than hang clients
             log.exception("the serving loop crashed")
             self.failure = f"the serving loop crashed: {e!r}"
         finally:
             self._shut_down()
+
+    def _serve(self) -> None:
+        """The loop: take messages, step the executor, answer what finished, until stopped."""
+        while True:
+            self._wakeup.clear()
+            self._drain()
+            self._expire()
+            self._complete_removals()
+            self._sample()
+            busy = self._busy()
+            if self._stopping and (not busy or self.backend.now() >= self._stop_deadline):
+                break
+            if not busy:
+                self._wakeup.wait(0.05 if self._stopping else GPU_SAMPLE_PERIOD)
+                continue
+            step = self.executor.step(math.inf)
+            self._after_step()  # the counts first: a client that hears its answer may read them next
+            for req in step.finished:
+                self._on_finished(req)
+            if not step.launched and not step.finished:
+                self._wakeup.wait(1e-3)  # the policy chose to wait: do not spin
 
     def _busy(self) -> bool:
         ex = self.executor
