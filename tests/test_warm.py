@@ -19,15 +19,17 @@ import json, sys
 import numba
 from bless.core import determiner
 from bless.harness.config import config_from_dict
-from bless.harness.run import make_policy, run_config
+from bless.harness.run import app_states, make_policy, run_config
 from bless.harness.warm import warm_up_policy
+from bless.profiles.catalog import load_app
 
 def compiled():
     return {name: len(f.signatures) for name, f in vars(determiner).items()
             if isinstance(f, numba.core.registry.CPUDispatcher)}
 
 cfg = config_from_dict(json.loads(sys.argv[1]))
-warm_up_policy(make_policy(cfg), cfg.gpu)
+apps = app_states(cfg, [load_app(a.app, cfg.gpu) for a in cfg.apps])
+warm_up_policy(make_policy(cfg), cfg.gpu, like=apps)
 warm = compiled()
 run_config(cfg)
 print(json.dumps({"warm": warm, "after_run": compiled()}))
@@ -59,3 +61,20 @@ def test_nothing_compiles_after_the_warm_up(policy, apps):
     counts = json.loads(out.stdout.strip().splitlines()[-1])
     assert any(counts["warm"].values()), "the warm-up compiled nothing: the check would prove nothing"
     assert counts["after_run"] == counts["warm"]
+
+
+@pytest.mark.parametrize(
+    "policy, apps", [("zico", ["resnet50_train", "vgg11_train"]), ("gslice", ["resnet50", "bert"])]
+)
+def test_a_policy_warms_up_on_the_apps_it_will_run(policy, apps):
+    """ZICO takes training jobs only: a warm-up on synthetic inference apps would refuse to run."""
+    from bless.harness.config import config_from_dict
+    from bless.harness.run import app_states, make_policy
+    from bless.harness.warm import warm_up_policy
+    from bless.profiles.catalog import load_app
+
+    raw = {"gpu": "a100", "policy": policy, "apps": [{"app": a, "quota": 0.5, "load": "A"} for a in apps]}
+    cfg = config_from_dict(raw)
+    states = app_states(cfg, [load_app(a, "a100") for a in apps])
+    warm_up_policy(make_policy(cfg), "a100", like=states)
+    assert all(not a.queue and a.active is None and a.handle is None for a in states)  # copies ran, not these

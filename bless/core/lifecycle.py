@@ -126,6 +126,11 @@ class AppState:
     iso_latency: float = field(init=False)
     """T[quota]: the isolated latency the quota promises."""
 
+    def fresh(self, index: int) -> AppState:
+        """The same app (profile, quota, SLO, priority) as number ``index``, with nothing queued
+        or deployed: for a run of its own (an isolated group's, a warm-up's)."""
+        return AppState(index, self.name, self.profile, self.quota, slo=self.slo, priority=self.priority)
+
     def __post_init__(self) -> None:
         if self.slo is not None and self.slo <= 0:
             raise ValueError(f"slo of app {self.name!r} must be a positive number of seconds, got {self.slo}")

@@ -83,7 +83,7 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
         backend = make_backend(cfg, gpu)
         policy = make_policy(cfg, backend.mechanism)
         if cfg.backend != "sim":  # a wall clock: compile before it starts
-            warm_up_policy(policy, gpu, backend.mechanism)
+            warm_up_policy(policy, gpu, backend.mechanism, like=apps)
         runtime = Replay(
             backend,
             policy,
@@ -106,14 +106,11 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
     parts = []
     for n, group in enumerate(groups):
         first = group.apps[0]
-        members = [
-            AppState(k, apps[i].name, apps[i].profile, apps[i].quota, slo=apps[i].slo, priority=apps[i].priority)
-            for k, i in enumerate(group.apps)
-        ]
+        members = [apps[i].fresh(k) for k, i in enumerate(group.apps)]
         backend = make_backend(cfg, group.gpu, seed_offset=first)
         group_policy = group.policy or make_policy(cfg, backend.mechanism)
         if cfg.backend != "sim":
-            warm_up_policy(group_policy, group.gpu, backend.mechanism)
+            warm_up_policy(group_policy, group.gpu, backend.mechanism, like=members)
         runtime = Replay(
             backend,
             group_policy,
