@@ -317,3 +317,27 @@ def test_green_sets_follow_the_gpus_split_groups():
     assert (be.granted_sms(ca), be.granted_sms(cb)) == (64, 68)
     assert ca.sm_set & cb.sm_set == 0 and (ca.sm_set | cb.sm_set).bit_count() == 132
     assert be.granted_sms(be.create_context(a, H100.sms_for_level(17, "green"))) == 120
+
+
+def test_a_replay_frees_the_kernels_it_has_run():
+    """Memory stays bounded over a long replay: each finished request keeps its first and last
+    kernels (its timing), not the chain of every kernel that waited on another before it."""
+    import gc
+
+    from bless.core.lifecycle import AppState
+    from bless.harness.loads import parse_load
+    from bless.harness.replay import Replay
+    from bless.policies.bless import BlessPolicy
+    from bless.profiles.catalog import load_app
+    from bless.sim.engine import KernelRun
+
+    states = [AppState(i, name, load_app(name, "a100"), 0.5) for i, name in enumerate(("resnet50", "bert"))]
+    loads = [parse_load("A", name) for name in ("resnet50", "bert")]
+    replay = Replay(SimBackend("a100"), BlessPolicy(), states, loads, duration=1.0, seed=0)
+    result = replay.run()  # the replay, alive, still holds every request it served
+    gc.collect()
+    alive = sum(isinstance(o, KernelRun) for o in gc.get_objects())
+    requests = sum(a.completed for a in result.apps)
+    kernels = sum(s.profile.n_kernels * a.completed for s, a in zip(states, result.apps))
+    assert requests > 50
+    assert alive <= 2 * requests < kernels / 20
