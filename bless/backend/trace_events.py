@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,21 +236,36 @@ class _Launched:
 
 
 class TraceRecorder:
-    """Collects a run's launches and host phases; :meth:`trace` makes the records afterwards.
+    """Collects a run's launches and host phases; :meth:`trace` makes the records.
 
     The runtime calls :meth:`begin` when a step starts, :meth:`launched` with
     every decision it launched and :meth:`host` when a host phase ends.
     ``placement`` is the backend's adapter from its launch objects.
+
+    A decision whose kernels have all ended is settled at the next step: its kernels become
+    plain rows (tuples of numbers and strings, which the garbage collector stops tracking) and
+    the backend's launch objects are let go. Holding every launch object to the end kept a
+    traced run's whole history alive, and made the collector's full passes on a wall-clock
+    backend take 50-150 ms (``tools/gpu_check_results/2026-11-27-h200-3``).
     """
 
     def __init__(self, placement: PlacementOf) -> None:
         self.placement = placement
-        self._launched: list[_Launched] = []
+        self._launched: deque[_Launched] = deque()
+        self._index = 0
+        """The index of the oldest unsettled decision (its squad's index)."""
+        self._rows: list[tuple[Any, ...]] = []
+        """Settled kernels: :class:`KernelRecord`'s fields, its placement's flattened."""
+        self._squads: list[SquadRecord] = []
+        self._gaps: list[Span] = []
         self._host: list[Span] = []
         self._mark = 0.0
 
     def begin(self, now: float) -> None:
         self._mark = now
+        launched = self._launched
+        while launched and all(run.end is not None for run, _ in launched[0].runs):
+            self._settle(launched.popleft())
 
     def host(self, phase: str, now: float) -> None:
         """The host phase ``phase`` ran from the previous mark to ``now`` (kept if it took time)."""
@@ -275,38 +291,50 @@ class TraceRecorder:
 
     def trace(self) -> Trace:
         """The records of every launch that has finished (one still running is left out)."""
-        out = Trace(host=list(self._host))
-        previous: SquadRecord | None = None
-        for index, entry in enumerate(self._launched):
-            kernels = [self._record(run, k) for run, k in entry.runs if run.end is not None]
-            out.kernels += kernels
-            if not kernels:
-                continue
-            squad = SquadRecord(
-                index=index,
-                start=min(k.start for k in kernels),
-                end=max(k.end for k in kernels),
-                kernels=len(kernels),
-                apps=tuple(dict.fromkeys(k.app for k in kernels)),
-                sync=entry.sync,
-                estimate=entry.estimate,
-                restricted=entry.restricted,
-            )
-            out.squads.append(squad)
-            if squad.sync and previous is not None and previous.sync and squad.start > previous.end:
-                out.gaps.append(Span("gap", previous.end, squad.start))
-            previous = squad
-        return out
+        for entry in list(self._launched):
+            self._settle(entry)
+        self._launched.clear()
+        kernels = [
+            KernelRecord(app, rid, k, name, Placement(context, sms, held), start, end, error)
+            for app, rid, k, name, context, sms, held, start, end, error in self._rows
+        ]
+        return Trace(kernels, list(self._squads), list(self._gaps), list(self._host))
 
-    def _record(self, run: Any, kernel: int) -> KernelRecord:
+    def _settle(self, entry: _Launched) -> None:
+        """Record ``entry``'s finished kernels and its squad (the next index, in launch order)."""
+        index = self._index
+        self._index += 1
+        rows = [self._row(run, k) for run, k in entry.runs if run.end is not None]
+        if not rows:
+            return
+        self._rows += rows
+        squad = SquadRecord(
+            index=index,
+            start=min(r[7] for r in rows),
+            end=max(r[8] for r in rows),
+            kernels=len(rows),
+            apps=tuple(dict.fromkeys(r[0] for r in rows)),
+            sync=entry.sync,
+            estimate=entry.estimate,
+            restricted=entry.restricted,
+        )
+        previous = self._squads[-1] if self._squads else None
+        if squad.sync and previous is not None and previous.sync and squad.start > previous.end:
+            self._gaps.append(Span("gap", previous.end, squad.start))
+        self._squads.append(squad)
+
+    def _row(self, run: Any, kernel: int) -> tuple[Any, ...]:
         req = run.tag
-        return KernelRecord(
-            app=req.app.name,
-            request=req.rid,
-            kernel=kernel,
-            name=req.app.profile.kernels[kernel].name,
-            placement=self.placement(run),
-            start=run.start,
-            end=run.end,
-            error=getattr(run, "error", None),
+        where = self.placement(run)
+        return (
+            req.app.name,
+            req.rid,
+            kernel,
+            req.app.profile.kernels[kernel].name,
+            where.context,
+            where.context_sms,
+            where.sms,
+            run.start,
+            run.end,
+            getattr(run, "error", None),
         )

@@ -7,9 +7,7 @@ pass on a wall-clock backend is time in which nothing is launched. :func:`frozen
 what exists when the loop starts into the collector's permanent generation (``gc.freeze``),
 so a full pass scans only what the loop made; after the loop it is collectable again.
 Measured on the simulator (4 apps at load A, 60 s, 5463 requests; one run on a loaded
-2-core host): the loop's one full pass took 35 ms without, 17 ms with. A timeline recorded
-on a wall-clock run makes passes of its own (50-150 ms on an H200's host,
-``tools/gpu_check_results/2026-11-27-h200-3``), which this does not remove.
+2-core host): the loop's one full pass took 35 ms without, 17 ms with.
 """
 
 from __future__ import annotations
