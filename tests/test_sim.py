@@ -319,21 +319,26 @@ def test_green_sets_follow_the_gpus_split_groups():
     assert be.granted_sms(be.create_context(a, H100.sms_for_level(17, "green"))) == 120
 
 
-def test_a_replay_frees_the_kernels_it_has_run():
+@pytest.mark.parametrize("traced", [False, True], ids=["untraced", "traced"])
+def test_a_replay_frees_the_kernels_it_has_run(traced):
     """Memory stays bounded over a long replay: each finished request keeps its first and last
-    kernels (its timing), not the chain of every kernel that waited on another before it."""
+    kernels (its timing), not the chain of every kernel that waited on another before it, and
+    a timeline keeps rows of numbers, not the launch objects."""
     import gc
 
     from bless.core.lifecycle import AppState
     from bless.harness.loads import parse_load
     from bless.harness.replay import Replay
+    from bless.harness.run import trace_recorder
     from bless.policies.bless import BlessPolicy
     from bless.profiles.catalog import load_app
     from bless.sim.engine import KernelRun
 
     states = [AppState(i, name, load_app(name, "a100"), 0.5) for i, name in enumerate(("resnet50", "bert"))]
     loads = [parse_load("A", name) for name in ("resnet50", "bert")]
-    replay = Replay(SimBackend("a100"), BlessPolicy(), states, loads, duration=1.0, seed=0)
+    backend = SimBackend("a100")
+    trace = trace_recorder(backend) if traced else None
+    replay = Replay(backend, BlessPolicy(), states, loads, duration=1.0, seed=0, trace=trace)
     result = replay.run()  # the replay, alive, still holds every request it served
     gc.collect()
     alive = sum(isinstance(o, KernelRun) for o in gc.get_objects())
@@ -341,3 +346,4 @@ def test_a_replay_frees_the_kernels_it_has_run():
     kernels = sum(s.profile.n_kernels * a.completed for s, a in zip(states, result.apps))
     assert requests > 50
     assert alive <= 2 * requests < kernels / 20
+    assert not traced or len(result.trace.kernels) > kernels / 2
