@@ -341,7 +341,7 @@ def test_a_replay_frees_the_kernels_it_has_run(traced):
     replay = Replay(backend, BlessPolicy(), states, loads, duration=1.0, seed=0, trace=trace)
     result = replay.run()  # the replay, alive, still holds every request it served
     gc.collect()
-    alive = sum(isinstance(o, KernelRun) for o in gc.get_objects())
+    alive = sum(type(o) is KernelRun for o in gc.get_objects())  # type(): isinstance reads proxies (torch warns)
     requests = sum(a.completed for a in result.apps)
     kernels = sum(s.profile.n_kernels * a.completed for s, a in zip(states, result.apps))
     assert requests > 50
