@@ -304,16 +304,16 @@ class TraceRecorder:
         """Record ``entry``'s finished kernels and its squad (the next index, in launch order)."""
         index = self._index
         self._index += 1
-        rows = [self._row(run, k) for run, k in entry.runs if run.end is not None]
-        if not rows:
+        ended = [(run, k) for run, k in entry.runs if run.end is not None]
+        if not ended:
             return
-        self._rows += rows
+        self._rows += [self._row(run, k) for run, k in ended]
         squad = SquadRecord(
             index=index,
-            start=min(r[7] for r in rows),
-            end=max(r[8] for r in rows),
-            kernels=len(rows),
-            apps=tuple(dict.fromkeys(r[0] for r in rows)),
+            start=min(run.start for run, _ in ended),
+            end=max(run.end for run, _ in ended),
+            kernels=len(ended),
+            apps=tuple(dict.fromkeys(run.tag.app.name for run, _ in ended)),
             sync=entry.sync,
             estimate=entry.estimate,
             restricted=entry.restricted,

@@ -11,7 +11,7 @@ from bless.colocation.advisor import ColocationGate
 from bless.core.lifecycle import AppState
 from bless.core.policy import POLICIES, IsolatedGroup, Policy
 from bless.harness.config import ConfigError, RunConfig, resolve_slo
-from bless.harness.loads import parse_load
+from bless.harness.loads import Load, parse_load
 from bless.harness.replay import Replay
 from bless.harness.results import RunResult
 from bless.harness.warm import warm_up_policy
@@ -68,6 +68,36 @@ def trace_recorder(backend: Backend) -> TraceRecorder:
     return TraceRecorder(backend.placement)
 
 
+def _run_replay(
+    cfg: RunConfig,
+    backend: Backend,
+    gpu: GpuSpec,
+    policy: Policy,
+    apps: list[AppState],
+    loads: list[Load],
+    *,
+    seed: int,
+    progress: Callable[[float], None] | None = None,
+    trace: bool = False,
+) -> RunResult:
+    """Replay ``apps`` under ``policy`` on ``backend`` for the configured time; on a wall-clock
+    backend the policy's compiled code is loaded first (:mod:`bless.harness.warm`)."""
+    if cfg.backend != "sim":
+        warm_up_policy(policy, gpu, backend.mechanism, like=apps)
+    runtime = Replay(
+        backend,
+        policy,
+        apps,
+        loads,
+        duration=cfg.duration,
+        warmup=cfg.warmup,
+        seed=seed,
+        progress=progress,
+        trace=trace_recorder(backend) if trace else None,
+    )
+    return runtime.run()
+
+
 def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, *, trace: bool = False) -> RunResult:
     """Run one configured co-location and return what it measured.
 
@@ -82,20 +112,7 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
     if not policy.isolated:
         backend = make_backend(cfg, gpu)
         policy = make_policy(cfg, backend.mechanism)
-        if cfg.backend != "sim":  # a wall clock: compile before it starts
-            warm_up_policy(policy, gpu, backend.mechanism, like=apps)
-        runtime = Replay(
-            backend,
-            policy,
-            apps,
-            loads,
-            duration=cfg.duration,
-            warmup=cfg.warmup,
-            seed=cfg.seed,
-            progress=progress,
-            trace=trace_recorder(backend) if trace else None,
-        )
-        result = runtime.run()
+        result = _run_replay(cfg, backend, gpu, policy, apps, loads, seed=cfg.seed, progress=progress, trace=trace)
         result.notes.extend(notes)
         return result
     # Isolated policies (ISO, MIG, MIG + MPS): each group of apps on a GPU (slice) of its own.
@@ -109,19 +126,12 @@ def run_config(cfg: RunConfig, progress: Callable[[float], None] | None = None, 
         members = [apps[i].fresh(k) for k, i in enumerate(group.apps)]
         backend = make_backend(cfg, group.gpu, seed_offset=first)
         group_policy = group.policy or make_policy(cfg, backend.mechanism)
-        if cfg.backend != "sim":
-            warm_up_policy(group_policy, group.gpu, backend.mechanism, like=members)
-        runtime = Replay(
-            backend,
-            group_policy,
-            members,
-            [loads[i] for i in group.apps],
-            duration=cfg.duration,
-            warmup=cfg.warmup,
-            seed=group_seed(cfg, group),
-            trace=trace_recorder(backend) if trace else None,
+        group_loads = [loads[i] for i in group.apps]
+        parts.append(
+            _run_replay(
+                cfg, backend, group.gpu, group_policy, members, group_loads, seed=group_seed(cfg, group), trace=trace
+            )
         )
-        parts.append(runtime.run())
         if progress is not None:
             progress((n + 1) / len(groups))
     result = RunResult.merge(parts, policy.describe(), gpu.name)
