@@ -169,7 +169,7 @@ def test_mig_slice_has_its_share_of_memory_and_bandwidth():
 
 def test_bandwidth_share_stretches_a_memory_bound_kernel_alone():
     solo = [float("inf")] + [1e-3] * 108
-    kernel = SimKernel("k", False, 108, solo, dram_seconds=0.8e-3)  # 80 % of peak bandwidth
+    kernel = SimKernel("k", False, 108, 108, solo, dram_seconds=0.8e-3)  # 80 % of peak bandwidth
     times = {}
     for share in (1.0, 0.5, 0.25):
         eng = Engine(108, bandwidth_share=share)

@@ -532,7 +532,7 @@ def test_the_top_is_priced_unrestricted_only_where_that_can_change_the_decision(
     shortcut = run_config(config)
     monkeypatch.setattr(pacing, "_surely_behind", lambda *args: None)
     walked = run_config(config)
-    assert sum(skipped) > 0.5 * len(skipped)  # most capped steps skip the walk here
+    assert sum(skipped) > 0.3 * len(skipped)  # a third of the capped steps skip the walk here
     for a, b in zip(shortcut.apps, walked.apps):
         np.testing.assert_array_equal(a.latencies, b.latencies)
 

@@ -9,6 +9,7 @@ import pytest
 from bless.backend.interface import LAUNCH_QUEUE, HostCosts
 from bless.build.profiler import profile_app
 from bless.hw.gpus import H100
+from bless.profiles import features
 from bless.profiles.format import Profile
 from bless.profiles.synthetic import synthetic_profile
 from bless.sim.backend import SimBackend
@@ -347,3 +348,56 @@ def test_a_replay_frees_the_kernels_it_has_run(traced):
     assert requests > 50
     assert alive <= 2 * requests < kernels / 20
     assert not traced or len(result.trace.kernels) > kernels / 2
+
+
+def _launched_app(name: str, curve_us, *, registers: int | None = 32, gpu: str = "h100") -> Profile:
+    """One kernel of 132 blocks of 128 threads, no shared memory (16 resident blocks per SM on
+    an H100), no DRAM traffic, taking ``curve_us(n)`` microseconds at each level's SMs."""
+    p = synthetic_profile(name, gpu=gpu, n_kernels=1, dram_util=0.0, seed=7)
+    kernel = dataclasses.replace(
+        p.kernels[0], grid=(132, 1, 1), block=(128, 1, 1), registers=registers, shared_mem=0, max_sm_share=1.0
+    )
+    t = np.array([[curve_us(n) * 1e-6] for n in p.level_sms])
+    return dataclasses.replace(p, kernels=(kernel,), t=t, T=t.sum(axis=1))
+
+
+def test_a_kernel_is_credited_the_sm_capacity_its_blocks_and_its_scaling_leave_no_room_in():
+    gpu = H100
+    flat = _launched_app("flat", lambda n: 100.0)
+    # One block per SM of 16 that fit, and as fast on 8 SMs as on 132: 1/16 of each SM.
+    assert features.busy_sms(flat, gpu).tolist() == [9]
+    # The same launch, but 8 SMs take 16.5x as long as 132: it needs every SM's throughput.
+    ideal = _launched_app("ideal", lambda n: 100.0 * 132 / n)
+    assert features.busy_sms(ideal, gpu).tolist() == [132]
+    # Without its registers the blocks per SM are unknown: whole SMs, as before.
+    unknown = _launched_app("unknown", lambda n: 100.0, registers=None)
+    assert features.busy_sms(unknown, gpu).tolist() == [132]
+
+
+def test_co_resident_kernels_share_sms_their_blocks_leave_room_on():
+    be = SimBackend("h100", host=NO_HOST)
+    light = [be.deploy(_launched_app(f"light{i}", lambda n: 100.0)) for i in range(2)]
+    runs = [be.launch(be.create_stream(be.create_context(h, None)), h, 0) for h in light]
+    heavy = [be.deploy(_launched_app(f"heavy{i}", lambda n: 100.0, registers=None)) for i in range(2)]
+    runs += [be.launch(be.create_stream(be.create_context(h, None)), h, 0) for h in heavy]
+    be.synchronize()
+    # Both light kernels and the first heavy one run at once, each as fast as alone (the heavy
+    # one on the 114 SMs' worth the light ones leave, where its curve is as fast); the second
+    # heavy kernel, which needs whole SMs, waits for them.
+    assert [r.start for r in runs[:3]] == [0.0, 0.0, 0.0]
+    assert [r.end for r in runs[:3]] == pytest.approx([100e-6] * 3)
+    assert runs[3].start == pytest.approx(100e-6) and runs[3].end == pytest.approx(200e-6)
+
+
+def test_an_sm_set_narrower_than_a_kernels_spread_runs_it_at_that_width():
+    """A kernel that needs 16 SMs' worth of capacity but spreads over 132 runs at full speed
+    unrestricted; in a green set of 64 SMs its blocks are squeezed onto those, at the
+    profile's time there."""
+    app = _launched_app("steps", lambda n: 100.0 if n >= 100 else 200.0)
+    assert features.busy_sms(app, H100).tolist() == [16]
+    for limit, took in ((None, 100e-6), (64, 200e-6)):
+        be = SimBackend("h100", host=NO_HOST, mechanism="green")
+        h = be.deploy(app)
+        run = be.launch(be.create_stream(be.create_context(h, limit)), h, 0)
+        be.synchronize()
+        assert run.end - run.start == pytest.approx(took), limit

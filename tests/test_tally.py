@@ -26,7 +26,7 @@ SMS = A100.sm_count
 def sim_kernel(name: str, solo: float, max_sms: int, dram: float = 0.0) -> SimKernel:
     """A kernel that takes ``solo`` seconds on ``max_sms`` SMs or more, proportionally longer on fewer."""
     curve = [math.inf] + [solo * max_sms / min(n, max_sms) for n in range(1, SMS + 1)]
-    return SimKernel(name, False, max_sms, curve, dram * solo)
+    return SimKernel(name, False, max_sms, max_sms, curve, dram * solo)
 
 
 def chunk_time(t: KernelTransform, solo: float) -> float:

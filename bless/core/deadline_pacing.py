@@ -652,7 +652,7 @@ def _surely_behind(
     deadline even at that speed, by more than the walk's rounding, is sure to cap the
     top.  It is the first to do so unless an earlier one fails in the walk; the cap is
     the same either way when every neighbour up to it misses (or meets) its deadline
-    alone alike.  Most capped steps are known so, and skip pricing the top unrestricted
+    alone alike.  Many capped steps are known so, and skip pricing the top unrestricted
     only to cap it."""
     top = picked[0][0]
     tab = top.table

@@ -33,11 +33,14 @@ What prices what, and why:
   request runs its kernels in order; the walk moves from one kernel end (or
   request start) to the next.  Between two events the running kernels hold SMs
   in the order they started, as the hardware block scheduler dispatches the
-  earlier kernel's blocks first: each takes ``min(max_sms, available)``, where
+  earlier kernel's blocks first: each takes ``min(busy_sms, available)``
+  (:func:`bless.profiles.features.busy_sms`: the capacity it uses on the SMs
+  it spreads over, the rest open to co-resident blocks), where
   a restricted kernel has at most its context's SMs, and a kernel that finds
   none waits.  A kernel runs at its profile time at the SMs available to it
   (restricted: its context's SMs, as the profiles were measured under MPS
-  limits; unrestricted holding all the SMs it can use: its full-GPU time).
+  limits, or full speed in an SM set with room for all the SMs it spreads
+  over; unrestricted holding its ``busy_sms``: its full-GPU time).
   Request j's unrestricted remainder starts a context switch after its *own*
   restricted prefix ends, never earlier; the SMs the other requests' prefixes
   still hold are not available to it, and a remainder kernel that started
@@ -192,7 +195,9 @@ class AppTables:
         self.full = np.ascontiguousarray(dense[-1])
         """Each kernel's duration alone on the whole GPU."""
         self.most = features.max_sms(profile, gpu)
-        """Most SMs each kernel keeps busy (0: a copy, on the copy engine)."""
+        """Most SMs each kernel spreads over (0: a copy, on the copy engine)."""
+        self.busy = features.busy_sms(profile, gpu)
+        """SMs' worth of capacity each kernel uses at full speed (0: a copy)."""
         self.dram = features.dram_seconds(profile, self.full)
         """Seconds of peak DRAM bandwidth each kernel moves."""
         self._prefixes: dict[tuple[int, ...], np.ndarray] = {}
@@ -273,6 +278,7 @@ class Determiner:
         self._tables: dict[int, AppTables] = {}
         self._dense = np.zeros((0, gpu.sm_count + 1))
         self._most = np.zeros(0, dtype=np.int64)
+        self._busy = np.zeros(0, dtype=np.int64)
         self._dram = np.zeros(0)
         self._ratios = np.array(RATIO_CHOICES if split_ratio is None else (split_ratio,), dtype=np.float64)
 
@@ -287,6 +293,7 @@ class Determiner:
             # Column by column: the walk reads a run's consecutive kernels at one SM count.
             self._dense = np.asfortranarray(np.concatenate((self._dense, tab.dense)))
             self._most = np.concatenate((self._most, tab.most))
+            self._busy = np.concatenate((self._busy, tab.busy))
             self._dram = np.concatenate((self._dram, tab.dram))
         return tab
 
@@ -376,7 +383,7 @@ class Determiner:
     def _walk(self, g0, cnt, rcnt, caps, ready) -> float:
         """The kernel walk over this determiner's tables: when the last run ends."""
         k = len(cnt)
-        args = (self._dense, self._most, self._dram, g0, cnt, rcnt, caps, ready)
+        args = (self._dense, self._most, self._busy, self._dram, g0, cnt, rcnt, caps, ready)
         return float(_walk(*args, self.switch_cost, self.interference, self._sets, cnt, np.inf, np.zeros(k)))
 
     def window_durations(
@@ -411,6 +418,7 @@ class Determiner:
         ends = _walk_runs(
             self._dense,
             self._most,
+            self._busy,
             self._dram,
             np.array(packed, dtype=np.float64),
             self.switch_cost,
@@ -447,6 +455,7 @@ class Determiner:
         out = _decide(
             self._dense,
             self._most,
+            self._busy,
             self._dram,
             g0,
             cnt,
@@ -508,7 +517,7 @@ def _greedy_split(sums: np.ndarray, n: int, cap: int) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, mark, horizon, ends):
+def _walk(dense, most, busy, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, mark, horizon, ends):
     """The kernel walk (module docstring); returns when the last marked kernel ends and sets
     ``ends[j]`` to when request j's kernel ``mark[j] - 1`` ends.
 
@@ -563,22 +572,22 @@ def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, mark, 
         for i in range(n):
             j = order[i]
             g = g0[j] + ptr[j]
-            m = most[g]
-            if m == 0:
+            b = busy[g]
+            if b == 0:
                 copies += 1
                 held[j] = 0
                 continue
             if ptr[j] < rcnt[j]:
                 avail = free if free < caps[j] else caps[j]
-                s = m if m < avail else avail
-                if sets and s == m:
+                s = b if b < avail else avail
+                if sets and avail >= most[g]:
                     t[j] = dense[g, sms]
                 else:
                     t[j] = dense[g, avail]
             else:
                 avail = free
-                s = m if m < avail else avail
-                t[j] = dense[g, sms] if s == m else dense[g, avail]
+                s = b if b < avail else avail
+                t[j] = dense[g, sms] if s == b else dense[g, avail]
             held[j] = s
             free -= s
             if s > 0:
@@ -654,7 +663,7 @@ def _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, mark, 
 
 
 @numba.njit(cache=True)
-def _walk_runs(dense, most, dram, packed, gap, c_bw, sets, horizon):
+def _walk_runs(dense, most, busy, dram, packed, gap, c_bw, sets, horizon):
     """:func:`_walk` from now over runs packed as ``[g0..., cnt..., rcnt..., caps..., mark...]``;
     returns when each run's marked kernel ends."""
     k = packed.shape[0] // 5
@@ -663,6 +672,7 @@ def _walk_runs(dense, most, dram, packed, gap, c_bw, sets, horizon):
     _walk(
         dense,
         most,
+        busy,
         dram,
         cols[:k],
         cols[k : 2 * k],
@@ -683,6 +693,7 @@ def _walk_runs(dense, most, dram, packed, gap, c_bw, sets, horizon):
 def _decide(
     dense,
     most,
+    busy,
     dram,
     g0,
     cnt,
@@ -718,6 +729,7 @@ def _decide(
         out[0] = _walk(
             dense,
             most,
+            busy,
             dram,
             g0,
             cnt,
@@ -755,7 +767,7 @@ def _decide(
                 rcnt[j] = int(c * cnt[j] + 0.5)
                 first = caps[j] if rcnt[j] > 0 else -1
                 ready[j] = enter if prev[j] != -2 and prev[j] != first else 0.0
-            est = _walk(dense, most, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, cnt, np.inf, ends)
+            est = _walk(dense, most, busy, dram, g0, cnt, rcnt, caps, ready, gap, c_bw, sets, cnt, np.inf, ends)
             if est < out[2]:
                 out[2] = est
                 out[3] = c

@@ -10,7 +10,8 @@ What a request needs (:func:`request_frontier`)
     A request's kernels run one after the other (the kernel manager chains
     them).  While kernel ``k`` runs it progresses at most at the speed
     ``1 / solo_k[a]`` for some SM count ``a`` and holds at least
-    ``held_k[a] = min(max_sms_k, a)`` SMs (``solo`` is the profile curve made
+    ``held_k[a] = min(busy_k, a)`` SMs (``busy_k``: :func:`bless.profiles.features.busy_sms`;
+    ``solo`` is the profile curve made
     non-increasing; on the simulated GPU ``a`` is the SMs available under an
     MPS cap, or ``N`` once the kernel holds all the SMs it can use;
     interference only slows it; a copy holds none).  If the kernel spends
@@ -263,7 +264,7 @@ def request_frontier(solo: np.ndarray, held: np.ndarray) -> Frontier:
 def profile_frontier(profile: Profile, gpu: GpuSpec) -> Frontier:
     """:func:`request_frontier` of ``profile`` on ``gpu``, read as the simulated GPU reads it (:mod:`bless.profiles.features`)."""
     solo = features.solo_curves(profile, gpu)[1:]
-    cap = features.max_sms(profile, gpu)
+    cap = features.busy_sms(profile, gpu)
     held = np.minimum(cap[None, :], np.arange(1, gpu.sm_count + 1)[:, None])
     return request_frontier(solo, held)
 

@@ -42,6 +42,7 @@ from bless.documents import is_number
 from bless.hw.costs import gpu_constants
 from bless.hw.gpus import GpuSpec
 from bless.policies.common import launch_queued
+from bless.profiles import features
 from bless.profiles.format import KernelDesc, Profile
 
 
@@ -88,26 +89,12 @@ class KernelShape:
         return math.ceil(self.blocks / self.per_wave)
 
 
-def resident_blocks(desc: KernelDesc, gpu: GpuSpec) -> int:
-    """Blocks of ``desc`` one SM holds at once: the tightest of the block, thread, register
-    and shared-memory limits (what the profile gives of them)."""
-    limit = gpu.max_blocks_per_sm
-    threads = desc.threads_per_block
-    if threads:
-        limit = min(limit, gpu.max_threads_per_sm // threads)
-        if desc.registers:
-            limit = min(limit, gpu.registers_per_sm // (desc.registers * threads))
-    if desc.shared_mem:
-        limit = min(limit, gpu.shared_mem_per_sm // desc.shared_mem)
-    return max(limit, 1)
-
-
 def kernel_shape(desc: KernelDesc, solo: float, gpu: GpuSpec, unknown_waves: int) -> KernelShape:
     """``desc``'s shape on ``gpu``; with no grid, ``unknown_waves`` waves of one block per SM."""
     sms = desc.max_sms(gpu.sm_count)
     if desc.blocks is None:
         return KernelShape(solo, unknown_waves * sms, sms)
-    return KernelShape(solo, max(desc.blocks, 1), sms * resident_blocks(desc, gpu))
+    return KernelShape(solo, max(desc.blocks, 1), sms * features.resident_blocks(desc, gpu))
 
 
 def choose_transform(shape: KernelShape, costs: TallyCosts, bound: float) -> KernelTransform:

@@ -8,11 +8,13 @@ order, copies (``memcpy``) included.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from bless.hw.gpus import GpuSpec
 from bless.profiles import curves
-from bless.profiles.format import Profile
+from bless.profiles.format import KernelDesc, Profile
 
 
 def solo_curves(profile: Profile, gpu: GpuSpec) -> np.ndarray:
@@ -54,6 +56,57 @@ def max_sms(profile: Profile, gpu: GpuSpec) -> np.ndarray:
         [0 if k.kind == "memcpy" else k.max_sms(gpu.sm_count) for k in profile.kernels],
         dtype=np.int64,
     )
+
+
+def resident_blocks(desc: KernelDesc, gpu: GpuSpec) -> int:
+    """Blocks of ``desc`` one SM holds at once: the tightest of the block, thread, register
+    and shared-memory limits (what the profile gives of them)."""
+    limit = gpu.max_blocks_per_sm
+    threads = desc.threads_per_block
+    if threads:
+        limit = min(limit, gpu.max_threads_per_sm // threads)
+        if desc.registers:
+            limit = min(limit, gpu.registers_per_sm // (desc.registers * threads))
+    if desc.shared_mem:
+        limit = min(limit, gpu.shared_mem_per_sm // desc.shared_mem)
+    return max(limit, 1)
+
+
+def busy_sms(profile: Profile, gpu: GpuSpec) -> np.ndarray:
+    """Shape (K,), integers: SMs' worth of capacity each kernel uses running at full speed on
+    the :func:`max_sms` it spreads over; what it leaves, other kernels' blocks can use beside
+    its own on the same SMs.  0 for copies.
+
+    A kernel leaves room on its SMs only if both readings say so:
+
+    * **residency** -- its blocks on each SM, ``ceil(blocks / max_sms)``, over the blocks one
+      SM holds (:func:`resident_blocks`): an SM full of its blocks takes no other kernel's;
+    * **throughput** -- its SM-seconds at the profile's smallest level over its SM-seconds
+      spread out, ``n1 * t(n1) / (max_sms * t(N))``: a kernel as fast on few SMs, many blocks
+      each, as on many needs little of each SM (a kernel that scales ideally reads 1).
+
+    The larger share is the one that binds; the kernel is credited ``ceil(share * max_sms)``.
+    The residency reading needs the launch configuration (grid, block, registers, shared
+    memory), which profiles measured by ``bless profile --backend cuda`` carry; a kernel
+    without it keeps all of :func:`max_sms`, whole SMs as before.  Neither reading alone
+    will do: the throughput reading under-states a kernel held back by the memory system or
+    clocks at full spread, and the residency reading a latency-bound kernel whose few blocks
+    keep their SMs' pipelines busy (``experiments/README.md``, "SM co-residency", measured
+    against an H200).
+    """
+    spread = max_sms(profile, gpu)
+    solo = solo_curves(profile, gpu)
+    n1 = int(profile.level_sms[0])
+    busy = spread.copy()
+    for k, desc in enumerate(profile.kernels):
+        m = int(spread[k])
+        blocks = desc.blocks
+        if m == 0 or blocks is None or desc.block is None or desc.registers is None or desc.shared_mem is None:
+            continue
+        residency = min(1.0, math.ceil(blocks / m) / resident_blocks(desc, gpu))
+        throughput = min(1.0, n1 * solo[n1, k] / (m * solo[-1, k]))
+        busy[k] = max(1, math.ceil(max(residency, throughput) * m - 1e-9))
+    return busy
 
 
 def dram_seconds(profile: Profile, full_gpu: np.ndarray) -> np.ndarray:

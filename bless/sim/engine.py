@@ -7,8 +7,12 @@ kernel progresses at a constant rate; rates are recomputed at every event:
 
 * **SMs and contexts.**  Kernels take SMs in launch order, as the hardware
   block scheduler dispatches the earlier kernel's blocks first: each holds
-  ``min(max_sms, avail)`` SMs, ``max_sms`` being the most it keeps busy and
-  ``avail`` what its context leaves it.  An unrestricted context may use every
+  ``min(busy_sms, avail)`` SMs, ``avail`` being what its context leaves it and
+  ``busy_sms`` the SMs' worth of capacity it uses at full speed: the
+  ``max_sms`` its blocks spread over, less the room its blocks leave on them
+  (:func:`bless.profiles.features.busy_sms`), which a later kernel's blocks
+  use beside them.  SMs here are units of capacity, so co-resident blocks are
+  a fluid share, not a placement.  An unrestricted context may use every
   free SM.  An MPS context (execution affinity, ``sm_limit``) is a *cap*: its
   running kernels together hold at most that many SMs, any of them, so two
   capped contexts may share SMs over time and their caps may add up to more
@@ -19,8 +23,9 @@ kernel progresses at a constant rate; rates are recomputed at every event:
 * **Solo speed.**  With ``n`` SMs available a kernel alone takes ``solo[n]``.
   Under an MPS cap the kernel runs at the cap's speed even when it holds fewer
   SMs than the cap (the profile's levels were measured under MPS limits, where a
-  64-block kernel is measured 1.6x slower at 66 SMs than at 108); unrestricted
-  or on its own SM set, holding all the SMs it can use is full speed.
+  64-block kernel is measured 1.6x slower at 66 SMs than at 108); unrestricted,
+  holding its ``busy_sms`` is full speed; on its own SM set, room for all the
+  ``max_sms`` it spreads over is.
 * **Interference.**  A kernel alone at ``n`` SMs demands ``u = dram_seconds /
   solo[n]`` of the peak DRAM bandwidth; ``U`` is the demand of all running
   kernels.  Each kernel stretches by (:meth:`bless.hw.interference.InterferenceModel.stretch`,
@@ -509,7 +514,7 @@ class Engine:
         """Give SMs in the running kernels' order (launch order, ordinary streams' kernels
         first: :meth:`_enter`), then set each kernel's progress rate.
 
-        A kernel holds ``min(max_sms, avail)`` SMs, where ``avail`` is what its
+        A kernel holds ``min(busy_sms, avail)`` SMs, where ``avail`` is what its
         context still has free: the GPU's free SMs, less what the context's
         earlier kernels hold under an MPS cap, or the free SMs of its set.  It
         progresses at its solo speed with ``avail`` SMs available (under an MPS
@@ -527,8 +532,8 @@ class Engine:
         now = self.now
         for r in running:
             k = r.kernel
-            most = k.max_sms
-            if most == 0:  # a memory copy: the copy engine, not SMs
+            busy = k.busy_sms
+            if busy == 0:  # a memory copy: the copy engine, not SMs
                 copies += 1
                 if r.start is None:
                     r.start = now
@@ -538,8 +543,8 @@ class Engine:
             if lim is None:
                 avail = free
                 pool = free_mask
-                s = most if most < avail else avail
-                t = k.solo[n_all if s == most else avail]
+                s = busy if busy < avail else avail
+                t = k.solo[n_all if s == busy else avail]
             elif ctx.sm_set is None:
                 # An MPS cap binds the context's kernels together; a kernel runs at the
                 # cap's measured speed even with spare SMs (profiles were measured so).
@@ -548,15 +553,15 @@ class Engine:
                 used = capped.get(ctx.cid, 0)
                 avail = free if free < lim - used else lim - used
                 pool = free_mask
-                s = most if most < avail else avail
+                s = busy if busy < avail else avail
                 capped[ctx.cid] = used + s
                 t = k.solo[avail]
             else:
-                # Its own SM set: holding all it can use is full speed.
+                # Its own SM set: room for all the SMs it spreads over is full speed.
                 pool = free_mask & ctx.sm_set
                 avail = pool.bit_count()
-                s = most if most < avail else avail
-                t = k.solo[n_all if s == most else avail]
+                s = busy if busy < avail else avail
+                t = k.solo[n_all if avail >= k.max_sms else avail]
             r.sms = s
             r.solo = t
             if s:

@@ -1,7 +1,8 @@
 """Ground truth of an app's kernels for the simulated GPU.
 
 The simulator needs, per kernel, its solo duration at *every* SM count, the SMs
-it occupies and how hard it pulls on DRAM.  All three come from the app's
+it spreads over, the share of them it keeps busy and how hard it pulls on DRAM.  All
+come from the app's
 ground-truth profile through :mod:`bless.profiles.features` (see there why the
 curves are not flattened at the SMs a kernel occupies).
 """
@@ -22,7 +23,10 @@ class SimKernel:
     name: str
     is_memcpy: bool
     max_sms: int
-    """Most SMs the kernel keeps busy; 0 for memory copies (copy engine)."""
+    """Most SMs the kernel spreads its blocks over; 0 for memory copies (copy engine)."""
+    busy_sms: int
+    """SMs' worth of capacity it uses on them at full speed (:func:`bless.profiles.features.busy_sms`);
+    the rest is open to other kernels' blocks."""
     solo: list[float]
     """solo[n]: duration alone on n SMs, n = 0..N (solo[0] = inf)."""
     dram_seconds: float
@@ -42,11 +46,14 @@ class SimApp:
         :mod:`bless.profiles.features` (which KACE and the bound read too), as plain lists."""
         solo = features.solo_curves(profile, gpu)
         caps = features.max_sms(profile, gpu)
+        busy = features.busy_sms(profile, gpu)
         dram = features.dram_seconds(profile, solo[-1])
         return cls(
             profile.app,
             tuple(
-                SimKernel(desc.name, desc.kind == "memcpy", int(caps[k]), solo[:, k].tolist(), float(dram[k]))
+                SimKernel(
+                    desc.name, desc.kind == "memcpy", int(caps[k]), int(busy[k]), solo[:, k].tolist(), float(dram[k])
+                )
                 for k, desc in enumerate(profile.kernels)
             ),
         )
