@@ -20,7 +20,7 @@ from bless.core.determiner import (
 from bless.core.lifecycle import AppState, Request
 from bless.core.manager import KernelManager
 from bless.core.scheduler import Squad, SquadEntry, build_squad
-from bless.hw.gpus import A100, H100
+from bless.hw.gpus import A100, H100, get_gpu
 from bless.profiles.catalog import load_app
 from bless.profiles.synthetic import synthetic_profile
 from bless.sim.backend import SimBackend
@@ -285,21 +285,29 @@ def _experiment():
     return load_script("experiments/estimator_accuracy.py")
 
 
-def test_estimates_match_squads_run_on_the_simulator():
-    """Each configuration kind, estimated and run (noise on) on random squads of VGG11 and
-    ResNet50 pairs: mean error <= 2 %, each squad <= 5 %.  Semi-SP is the hard case: a
-    request's remainder starts only after its own prefix, and SMs held by the other's
-    prefix or remainder (whichever started first) are not free."""
+@pytest.mark.parametrize(
+    "gpu_name, mechanism, pairs",
+    [
+        ("a100", "mps", (("vgg11", "vgg11"), ("vgg11", "resnet50"))),
+        # Measured H100 profiles carry every kernel's launch configuration: co-resident blocks.
+        ("h100", "green", (("bert", "bert"), ("bert", "resnet50"))),
+    ],
+)
+def test_estimates_match_squads_run_on_the_simulator(gpu_name, mechanism, pairs):
+    """Each configuration kind, estimated and run (noise on) on random squads of pairs:
+    mean error <= 2 %, each squad <= 5 %.  Semi-SP is the hard case: a request's remainder
+    starts only after its own prefix, and SMs held by the other's prefix or remainder
+    (whichever started first) are not free."""
     ea = _experiment()
-    gpu = A100
-    backend = SimBackend(gpu, noise_sigma=0.02, seed=3)
+    gpu = get_gpu(gpu_name)
+    backend = SimBackend(gpu, noise_sigma=0.02, seed=3, mechanism=mechanism)
     manager = KernelManager(backend)
-    det = Determiner(gpu, switch_cost=backend.host.context_switch)
-    limits = [None, *(gpu.sms_for_level(n) for n in range(1, 18))]
+    det = Determiner(gpu, switch_cost=backend.host.context_switch, mechanism=mechanism)
+    limits = [None, *dict.fromkeys(gpu.sms_for_level(n, mechanism) for n in range(1, 18))]
     rng = np.random.default_rng(3)
     errors: dict[str, list[float]] = {k: [] for k in ea.KINDS}
-    for pair in (("vgg11", "vgg11"), ("vgg11", "resnet50")):
-        states = [AppState(i, f"{name}#{i}", load_app(name, "a100"), 0.5) for i, name in enumerate(pair)]
+    for pair in pairs:
+        states = [AppState(i, f"{name}#{i}", load_app(name, gpu_name), 0.5) for i, name in enumerate(pair)]
         for s in states:
             manager.deploy(s, limits)
         done = 0
@@ -318,7 +326,7 @@ def test_estimates_match_squads_run_on_the_simulator():
                 ("split", (6, 12)),
                 *(("semi_sp", parts, c) for c in RATIO_CHOICES if c < 1),
             ]:
-                measured = ea.measure(manager, ea.decisions(squad, key, gpu, "mps"))
+                measured = ea.measure(manager, ea.decisions(squad, key, gpu, mechanism))
                 errors[key[0]].append(abs(ea.estimate(det, squad, key) / measured - 1))
             done += 1
             if done == 6:
