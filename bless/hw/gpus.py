@@ -75,6 +75,10 @@ class GpuSpec:
     max_blocks_per_sm: int = 32
     registers_per_sm: int = 65536
     shared_mem_per_sm: int = 164 * 1024
+    """Per-SM limits on resident blocks (CUDA C++ Programming Guide, "Technical Specifications
+    per Compute Capability": 2048 threads, 32 blocks and 64 K 32-bit registers per SM on
+    compute capability 8.0 and 9.0; shared memory 164 KB per SM on 8.0, 228 KB on 9.0).  They
+    decide how many of a kernel's blocks share an SM (:func:`bless.profiles.features.resident_blocks`)."""
     l2_bytes: int = 40 * MIB
     clock_hz: float = 1.41e9
     mig_slice_sms: int = 0

@@ -88,11 +88,11 @@ def busy_sms(profile: Profile, gpu: GpuSpec) -> np.ndarray:
     The larger share is the one that binds; the kernel is credited ``ceil(share * max_sms)``.
     The residency reading needs the launch configuration (grid, block, registers, shared
     memory), which profiles measured by ``bless profile --backend cuda`` carry; a kernel
-    without it keeps all of :func:`max_sms`, whole SMs as before.  Neither reading alone
-    will do: the throughput reading under-states a kernel held back by the memory system or
-    clocks at full spread, and the residency reading a latency-bound kernel whose few blocks
-    keep their SMs' pipelines busy (``experiments/README.md``, "SM co-residency", measured
-    against an H200).
+    without it holds all of :func:`max_sms`, whole SMs.  Neither reading alone will do: the
+    throughput reading under-states a kernel held back by the memory system or clocks at
+    full spread, and the residency reading a latency-bound kernel whose few blocks keep
+    their SMs' pipelines busy (``experiments/README.md``, item 22, measured against an
+    H200).
     """
     spread = max_sms(profile, gpu)
     solo = solo_curves(profile, gpu)
