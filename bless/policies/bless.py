@@ -56,9 +56,10 @@ request's next window whole, and its walk prices the same windows whatever their
 step's median 8-46 us with 1-8 apps; a least-squares fit over the steps puts 0 +- 0.2 us on
 each kernel; a lone request's step of 26 kernels costs 9 us, as a step of a few).  So it is
 charged per launch, not per kernel: 35 us, above the 90th percentile of a step's time per launch in every replay
-measured with 2, 4 and 8 apps (23-34 us, 2026-11-25).  The paper's squads are searched kernel
-by kernel: 0.72-1.07 us per kernel with 2-8 active apps, charged 1 us.  The paper's C++
-runtime: 6.7 us per kernel."""
+measured with 2, 4 and 8 apps (23-34 us, 2026-11-25), but at it with 8 apps since the simulated GPU lets
+kernels share SMs (35.1-36.2 us, 2026-11-27: more steps price the top beside restricted requests).
+The paper's squads are searched kernel by kernel: 0.72-1.07 us per kernel with 2-8 active apps,
+charged 1 us.  The paper's C++ runtime: 6.7 us per kernel."""
 
 MEMORY_HEADROOM = 0.95
 """Share of device memory BLESS plans to use for apps and their contexts."""
