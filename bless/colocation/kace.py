@@ -143,7 +143,7 @@ def app_features(profile: Profile, solo: SoloRun, gpu: GpuSpec) -> dict[str, flo
         raise ValueError(f"app {profile.app!r} has no compute kernels; KACE describes apps by their kernels")
     t = full_gpu[~copy]
     dram = dram_seconds(profile, full_gpu)[~copy]
-    busy_sms = max_sms(profile, gpu)[~copy] / gpu.sm_count
+    sm_spread = max_sms(profile, gpu)[~copy] / gpu.sm_count  # share of the SMs its blocks spread over
     copy_seconds = full_gpu[copy].sum()
     compute = [d for d, c in zip(profile.kernels, copy) if not c]
     row: dict[str, float] = {}
@@ -156,7 +156,7 @@ def app_features(profile: Profile, solo: SoloRun, gpu: GpuSpec) -> dict[str, flo
         known = np.array([v is not None for v in values])
         if known.any():
             row[name] = _weighted_mean(np.array([v or 0 for v in values], dtype=float)[known], t[known])
-    row["sm_throughput_pct"] = 100.0 * _weighted_mean(busy_sms, t)
+    row["sm_throughput_pct"] = 100.0 * _weighted_mean(sm_spread, t)
     row["memory_throughput_pct"] = 100.0 * (dram.sum() + copy_seconds) / (t.sum() + copy_seconds)
     row["dram_throughput_pct"] = 100.0 * dram.sum() / t.sum()
     # One request's busy time over the solo period between requests.
