@@ -76,13 +76,13 @@ class AppTraits:
     def of(cls, profile: Profile, gpu: GpuSpec) -> AppTraits:
         curves = features.solo_curves(profile, gpu)
         full = curves[-1]
-        busy = features.max_sms(profile, gpu)
-        compute = busy > 0
+        spread = features.max_sms(profile, gpu)  # SMs each kernel's blocks spread over
+        compute = spread > 0
         speed, share = {}, {}
         for p in gpu.mig_profiles:
             sms = p.compute_slices * gpu.mig_slice_sms
             speed[p.name] = float(full.sum() / curves[sms].sum())
-            share[p.name] = float((np.minimum(busy, sms) / sms * full)[compute].sum() / full[compute].sum())
+            share[p.name] = float((np.minimum(spread, sms) / sms * full)[compute].sum() / full[compute].sum())
         dram = float(features.dram_seconds(profile, full).sum() / full.sum())
         return cls(profile.app, dram, speed, share)
 
