@@ -89,13 +89,13 @@ def test_restricted_contexts_run_side_by_side_without_sm_contention():
     assert rb[-1].end == pytest.approx(b.t[8].sum())
 
 
-def _one_kernel_app(name: str, share: float) -> Profile:
-    """One compute kernel keeping ``share`` of the SMs busy, 100 us at full GPU, no DRAM."""
-    import dataclasses
-
-    p = synthetic_profile(name, n_kernels=1, dram_util=0.0, seed=7)
-    kernel = dataclasses.replace(p.kernels[0], max_sm_share=share)
-    t = np.full_like(p.t, 100e-6)
+def _one_kernel_app(name: str, share: float, *, gpu: str = "a100", curve_us=lambda n: 100.0, **launch) -> Profile:
+    """One compute kernel spreading over ``share`` of the SMs, no DRAM traffic, taking
+    ``curve_us(n)`` microseconds at each level's SMs (100 at every level unless given);
+    ``launch`` replaces fields of its launch configuration."""
+    p = synthetic_profile(name, gpu=gpu, n_kernels=1, dram_util=0.0, seed=7)
+    kernel = dataclasses.replace(p.kernels[0], max_sm_share=share, **launch)
+    t = np.array([[curve_us(n) * 1e-6] for n in p.level_sms])
     return dataclasses.replace(p, kernels=(kernel,), t=t, T=t.sum(axis=1))
 
 
@@ -350,15 +350,11 @@ def test_a_replay_frees_the_kernels_it_has_run(traced):
     assert not traced or len(result.trace.kernels) > kernels / 2
 
 
-def _launched_app(name: str, curve_us, *, registers: int | None = 32, gpu: str = "h100") -> Profile:
-    """One kernel of 132 blocks of 128 threads, no shared memory (16 resident blocks per SM on
-    an H100), no DRAM traffic, taking ``curve_us(n)`` microseconds at each level's SMs."""
-    p = synthetic_profile(name, gpu=gpu, n_kernels=1, dram_util=0.0, seed=7)
-    kernel = dataclasses.replace(
-        p.kernels[0], grid=(132, 1, 1), block=(128, 1, 1), registers=registers, shared_mem=0, max_sm_share=1.0
-    )
-    t = np.array([[curve_us(n) * 1e-6] for n in p.level_sms])
-    return dataclasses.replace(p, kernels=(kernel,), t=t, T=t.sum(axis=1))
+def _launched_app(name: str, curve_us, *, registers: int | None = 32) -> Profile:
+    """An H100 app of one kernel of 132 blocks of 128 threads, no shared memory (16 resident
+    blocks per SM), taking ``curve_us(n)`` microseconds at each level's SMs."""
+    launch = {"grid": (132, 1, 1), "block": (128, 1, 1), "registers": registers, "shared_mem": 0}
+    return _one_kernel_app(name, 1.0, gpu="h100", curve_us=curve_us, **launch)
 
 
 def test_a_kernel_is_credited_the_sm_capacity_its_blocks_and_its_scaling_leave_no_room_in():
