@@ -299,6 +299,7 @@ def build_deadline_squad(
     # deadline needs beyond its quota from the top's quota, less what the top's own deadline needs.
     borrow = lend and len(urgent) == 1
     taker = None  # the request that took SMs of the top's quota: the top is capped for it
+    surplus_left: float | None = None  # SMs of the top's quota its deadline does not need, not yet taken
     for p, q, left in urgent:
         tab = p.table
         sms = tab.row_sms
@@ -319,6 +320,19 @@ def build_deadline_squad(
                 spare += surplus
                 fits += surplus
                 row = tab.first_row_at_most(fits)
+        if row < q and taker is None:
+            # Its quota's context does not fit beside the others' quotas: contexts come in
+            # coarser steps than quotas (green contexts in groups of 8 SMs: half an H100 is 64
+            # or 68 SMs, and beside a quota of 66 a context of 60).  It takes the difference
+            # from what the top's deadline does not need, where that covers it.
+            if surplus_left is None:
+                surplus_left = _surplus(top, now, 0.0)
+            short = sms[q] - fits
+            if short <= surplus_left:
+                surplus_left -= short
+                spare += short
+                fits = sms[q]
+                row = q
         if row < 0:
             continue  # no context fits what the others leave this window
         row = tab.first_row_within(k, left, p.stretch, q, row)  # the smallest that meets its deadline
@@ -355,9 +369,9 @@ def build_deadline_squad(
     if waiting is None and min(refills) > now + max(_TICK, REFILL_SLACK * window):
         return PacedLaunch((), (), (), (), min(wake, *refills))  # every one has enough queued
     counts = [_window_count(p, row, w) for (p, row), w in zip(picked, windows)]
-    # Over its share, the top yields the SMs to the last kernels of a request within its share
-    # where they would otherwise miss its deadline (asked only of a step that launches).
-    yields = _standing(top, now) >= 2 and _tail_at_risk(requests, top, now, window, price)
+    # The top yields the SMs to the last kernels of a request served before it where they would
+    # otherwise miss its deadline (asked only of a step that launches).
+    yields = _tail_at_risk(requests, top, now, window, price)
     priced = None
     if price is not None and len(picked) > 1 and not yields:  # none is best-effort: windows are ``window``
         row, counts[0], priced = _top_row(
@@ -418,9 +432,13 @@ def _tail_at_risk(
     quota's throughput: a synthetic app of 250 us kernels at 5x its share beside one of
     30 us kernels (``test_an_overloaded_neighbour_leaves_any_app_its_iso_latency``) was
     served at 0.90x its quota's rate when it always yielded, 0.99x when it yields so."""
+    order = (_standing(top, now), top.rank)
     for p in requests:
         tab = p.table
-        if p.request.scheduled < tab.n_kernels or p.busy_until <= now or _standing(p, now) >= 2:
+        if p.request.scheduled < tab.n_kernels or p.busy_until <= now:
+            continue
+        standing = _standing(p, now)
+        if standing >= 2 or (standing, p.rank) > order:
             continue
         if price is None:
             return True
