@@ -246,9 +246,10 @@ class BlessPolicy(Policy):
         )
 
     def low_priority(self, app: AppState) -> bool:
-        """Deadline pacing runs a waiting request in the bubbles, and a lone request, through a
+        """Deadline pacing runs a waiting request in the bubbles, a top that yields to the last
+        kernels of a request served before it, and (opt-in) a lone request through a
         low-priority stream."""
-        return self.pacing == "deadline" and (self.background or self.lone_low_priority)
+        return self.pacing == "deadline"
 
     def context_limits(self, app: AppState, gpu: GpuSpec) -> list[int | None]:
         """The unrestricted context plus one restricted context per level 1..max_level."""
