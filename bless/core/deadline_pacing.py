@@ -380,8 +380,13 @@ def build_deadline_squad(
         return PacedLaunch((), (), (), (), min(wake, *refills))  # every one has enough queued
     counts = [_window_count(p, row, w) for (p, row), w in zip(picked, windows)]
     # The top yields the SMs to the last kernels of a request served before it where they would
-    # otherwise miss its deadline (asked only of a step that launches).
-    yields = _tail_at_risk(requests, top, now, window, price)
+    # otherwise miss its deadline (asked only of a step that launches), and waits for them where
+    # even in its low-priority stream its blocks would hold them back too long.
+    tail = _tail_at_risk(requests, top, now, window, price)
+    yields = tail is not None
+    holds = yields and _holds_back(top, tail, now, window)
+    if holds:
+        wake = min(wake, max(tail.busy_until, now + _TICK))
     priced = None
     if price is not None and len(picked) > 1 and not yields:  # none is best-effort: windows are ``window``
         row, counts[0], priced = _top_row(
@@ -398,6 +403,8 @@ def build_deadline_squad(
     for i in order:
         p, row = picked[i]
         refill = refills[i]
+        if holds and i == 0:
+            continue  # the top waits for the tail
         if refill > now + TOP_UP * windows[i]:
             wake = min(wake, refill)
             continue  # enough of its kernels are queued
@@ -412,7 +419,7 @@ def build_deadline_squad(
         durations.append(tab.work(row, r.scheduled, count) * p.stretch if priced is None else priced[i])
         if r.scheduled + count < tab.n_kernels:
             wake = min(wake, max(now, p.busy_until) + max(durations[-1] - depths[i] * windows[i], _TICK))
-    if waiting is not None and _affords(picked, waiting.imposes, now, window):
+    if waiting is not None and not (holds and waiting.drains) and _affords(picked, waiting, now, window):
         r = waiting.request
         tab = waiting.table
         count = _window_count(waiting, tab.full, window * BACKGROUND_WINDOW)
@@ -429,7 +436,7 @@ def build_deadline_squad(
 
 def _tail_at_risk(
     requests: list[PacedRequest], top: PacedRequest, now: float, window: float, price: Pricer | None
-) -> bool:
+) -> PacedRequest | None:
     """Whether a request served before ``top`` (of an app within its share, earlier in the
     order of :func:`_standing` and deadline), its kernels all launched but not all run, would
     miss its deadline (with a window to spare) beside ``top``'s next window running
@@ -457,10 +464,10 @@ def _tail_at_risk(
         if p.request.scheduled < tab.n_kernels or p.busy_until <= now:
             continue
         standing = _standing(p, now)
-        if standing >= 2 or (standing, p.rank) > order:
-            continue
+        if standing >= 2 or (standing == 0 and (standing, p.rank) > order):
+            continue  # its app is over its share, or it is on time with a later deadline
         if price is None:
-            return True
+            return p
         queued = _queued(p, now)
         if not queued:
             continue
@@ -472,8 +479,23 @@ def _tail_at_risk(
         ]
         ends = price(runs, PRICE_HORIZON * window)
         if now + ends[1] + window > p.deadline:
-            return True
-    return False
+            return p
+    return None
+
+
+def _holds_back(top: PacedRequest, tail: PacedRequest, now: float, window: float) -> bool:
+    """Whether ``top``, yielding to ``tail``, should launch nothing rather than run in its
+    low-priority stream: each of the tail's queued kernels would wait for the SMs the top's
+    blocks fill (its app's mean drain, :attr:`PacedRequest.drains`), and that wait would make
+    the tail miss its deadline with a window to spare (a late tail: any wait).  VGG11's
+    7 ms convolution in the low-priority stream, rounds of 0.7 ms, held BERT-base's last 19
+    kernels back until they were late; once late, they waited behind VGG11's next
+    convolutions in launch order (32 ms for a 12 ms request; measured H200 profiles, green
+    contexts)."""
+    drains = top.drains
+    if not drains:
+        return False
+    return now + (tail.busy_until - now) + _queued(tail, now) * drains + window > tail.deadline
 
 
 def _queued(p: PacedRequest, now: float) -> int:
@@ -487,12 +509,17 @@ def _queued(p: PacedRequest, now: float) -> int:
     return k - bisect.bisect_left(line, line[k] - wait / p.stretch, 0, k)
 
 
-def _affords(picked: list[tuple[PacedRequest, int]], slowdown: float, now: float, window: float) -> bool:
+def _affords(picked: list[tuple[PacedRequest, int]], waiting: PacedRequest, now: float, window: float) -> bool:
     """Every picked request, its remaining kernels in its context of the row it was picked in,
-    slowed by its stretch and ``slowdown`` more, still meets its deadline with a window to spare."""
+    slowed by its stretch and by what ``waiting`` in the bubbles imposes (its DRAM traffic, and
+    a wait for the SMs its blocks fill before each kernel), still meets its deadline with a
+    window to spare."""
+    slowdown = waiting.imposes
+    drains = waiting.drains
     for p, row in picked:
         left = p.deadline - (p.busy_until if p.busy_until > now else now) - window
-        if p.table.rest(row, p.request.scheduled) * p.stretch * slowdown > left:
+        k = p.request.scheduled
+        if p.table.rest(row, k) * p.stretch * slowdown + (p.table.n_kernels - k) * drains > left:
             return False
     return True
 

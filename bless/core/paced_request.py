@@ -123,6 +123,10 @@ class PacedRequest:
     """Slowdown its kernels cause a neighbour when it runs on the whole GPU (its app's mean
     DRAM demand there through the interference model; >= 1): what running it in the
     bubbles costs the others."""
+    drains: float = 0.0
+    """Seconds each kernel of a neighbour waits, on average, for SMs its blocks fill when it
+    runs in the bubbles (its app's time-weighted mean of
+    :func:`bless.profiles.features.drain_seconds`)."""
     row: int = -1
     """Row of the context its latest kernel ran in (-1: none yet): kept while it still serves."""
     busy_until: float = -math.inf

@@ -30,6 +30,7 @@ from bless.core.scheduler import Squad, build_squad
 from bless.documents import is_number
 from bless.hw.gpus import N_LEVELS, GpuSpec
 from bless.hw.interference import InterferenceModel
+from bless.profiles import features
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,8 @@ class BlessPolicy(Policy):
         """Per app index: the slowdown its neighbours' DRAM traffic is expected to cause."""
         self._imposes: dict[int, float] = {}
         """Per app index: the slowdown its DRAM traffic on the whole GPU causes a neighbour."""
+        self._drains: dict[int, float] = {}
+        """Per app index: a neighbour kernel's wait for the SMs its blocks fill in the bubbles."""
         self._paced: dict[int, PacedRequest] = {}
         """Per request id: its deadline-pacing state (deadline, context row, when its launched
         kernels are expected to end), from its first step to its completion."""
@@ -223,6 +226,7 @@ class BlessPolicy(Policy):
         self._pace_tables = {}
         self._stretch = neighbour_stretch(apps, gpu)
         self._imposes = imposed_stretch(apps, gpu)
+        self._drains = imposed_drain(apps, gpu)
         self._caution = {a.index: self._caution[a.index] for a in apps if a.index in self._caution}
         self._paced = {rid: self._rebased(p) for rid, p in self._paced.items()}
 
@@ -240,6 +244,7 @@ class BlessPolicy(Policy):
             app.quota * tab.sm_count,
             self._stretch.get(i, 1.0),
             self._imposes.get(i, 1.0),
+            self._drains.get(i, 0.0),
             row,
             paced.busy_until,
             paced.windows,
@@ -326,7 +331,13 @@ class BlessPolicy(Policy):
             tab = self.pace_table(app)
             i = app.index
             paced = self._paced[request.rid] = PacedRequest(
-                request, deadline, tab, app.quota * tab.sm_count, self._stretch.get(i, 1.0), self._imposes.get(i, 1.0)
+                request,
+                deadline,
+                tab,
+                app.quota * tab.sm_count,
+                self._stretch.get(i, 1.0),
+                self._imposes.get(i, 1.0),
+                self._drains.get(i, 0.0),
             )
         return paced
 
@@ -408,6 +419,20 @@ def imposed_stretch(apps: list[AppState], gpu: GpuSpec) -> dict[int, float]:
     Fig. 15 8-app cells over ISO went from 14 to 18 of 24 on a quick re-run)."""
     model = InterferenceModel.for_gpu(gpu.name)
     return {a.index: float(model.stretch(0.0, _dram_busy(a) / float(a.profile.t[-1].sum()))) for a in apps}
+
+
+def imposed_drain(apps: list[AppState], gpu: GpuSpec) -> dict[int, float]:
+    """Per app index, how long a neighbour's kernel waits, on average, for the SMs the app's
+    blocks fill when it runs in the bubbles: the mean over its request's time on the whole GPU
+    of :func:`bless.profiles.features.drain_seconds` (0 where its profile lacks the launch
+    configuration).  VGG11's convolutions, rounds of 0.2-0.7 ms, in the bubbles beside
+    BERT-base's 35 us kernels put BERT-base at 1.04x ISO on an H200 (0.98x without the
+    bubbles; ``experiments/README.md``, item 23)."""
+    out = {}
+    for a in apps:
+        full = features.full_gpu_times(a.profile, gpu)
+        out[a.index] = float(np.dot(features.drain_seconds(a.profile, gpu), full) / full.sum())
+    return out
 
 
 def _dram_busy(app: AppState) -> float:

@@ -101,12 +101,54 @@ def busy_sms(profile: Profile, gpu: GpuSpec) -> np.ndarray:
     for k, desc in enumerate(profile.kernels):
         m = int(spread[k])
         blocks = desc.blocks
-        if m == 0 or blocks is None or desc.block is None or desc.registers is None or desc.shared_mem is None:
+        if m == 0 or blocks is None or not _launch_known(desc):
             continue
         residency = min(1.0, math.ceil(blocks / m) / resident_blocks(desc, gpu))
         throughput = min(1.0, n1 * solo[n1, k] / (m * solo[-1, k]))
         busy[k] = max(1, math.ceil(max(residency, throughput) * m - 1e-9))
     return busy
+
+
+def block_seconds(profile: Profile, gpu: GpuSpec) -> np.ndarray:
+    """Shape (K,): how long one round of each kernel's resident blocks takes at full speed on
+    the :func:`max_sms` it spreads over, its time there over its rounds, ``ceil(blocks /
+    (resident_blocks * max_sms))``: how long another kernel waits for an SM these blocks fill.
+    0 for copies and where the launch configuration is unknown (as :func:`busy_sms` reads it)."""
+    spread = max_sms(profile, gpu)
+    full = full_gpu_times(profile, gpu)
+    out = np.zeros(len(profile.kernels))
+    for k, desc in enumerate(profile.kernels):
+        m = int(spread[k])
+        blocks = desc.blocks
+        if m == 0 or blocks is None or not _launch_known(desc):
+            continue
+        out[k] = full[k] / math.ceil(blocks / (resident_blocks(desc, gpu) * m))
+    return out
+
+
+DRAIN_SHARE = 0.5
+"""Share of a round of its resident blocks that a kernel, on average, waits for an SM those
+blocks fill (:func:`drain_seconds`).  Half a round: blocks placed one after another as slots
+free are, at a random instant, half-way through on average.  Our assumption, not fitted;
+checked against an H200 (``experiments/README.md``, item 23): BLESS's BERT-base beside
+VGG11, four variants, mean |GPU - simulator| of each app's mean over ISO 0.112 / 0.032 /
+0.074 / 0.130 without the wait, 0.049 / 0.015 / 0.078 / 0.076 with it (0.031 / 0.022 /
+0.062 / 0.010 at a quarter round); nine other pairs at three loads, 0.060 without, 0.038
+with (0.042 at a quarter)."""
+
+
+def drain_seconds(profile: Profile, gpu: GpuSpec) -> np.ndarray:
+    """Shape (K,): how long another kernel waits, on average, for an SM that this kernel's
+    blocks fill when it needs that SM (:data:`DRAIN_SHARE` of :func:`block_seconds`).  The
+    hardware gives SMs to a higher-priority kernel only as the blocks on them end, and a
+    kernel with blocks still to place refills every SM another frees, even between two
+    kernels of one stream.  0 where the launch configuration is unknown."""
+    return DRAIN_SHARE * block_seconds(profile, gpu)
+
+
+def _launch_known(desc: KernelDesc) -> bool:
+    """The profile gives the kernel's whole launch configuration (the occupancy readings need it)."""
+    return not (desc.grid is None or desc.block is None or desc.registers is None or desc.shared_mem is None)
 
 
 def dram_seconds(profile: Profile, full_gpu: np.ndarray) -> np.ndarray:

@@ -55,9 +55,14 @@ kernel progresses at a constant rate; rates are recomputed at every event:
   hardware does the same at block granularity: pending blocks of higher-priority
   streams are dispatched first (CUDA C++ Programming Guide, "Stream
   Priorities"), and the SMs a low-priority kernel's resident blocks hold come
-  free when those blocks end, which the fluid model does at once (our
-  assumption: optimistic by up to one of its blocks' durations).  Its
-  interference is not lowered: its DRAM traffic counts as any kernel's.
+  free only when those blocks end.  So an ordinary kernel that needs SMs such
+  blocks fill (or would fill: a low-priority kernel with blocks still to place
+  takes every SM freed while no ordinary block is pending, even between two
+  kernels of one stream) starts after waiting for them
+  (:func:`bless.profiles.features.drain_seconds`, in proportion to the share of
+  their SMs it needs; known only where the profile gives the launch
+  configuration, else at once).  Its interference is not lowered: its DRAM
+  traffic counts as any kernel's.
 * **Best-effort contexts** (Tally, Zhao et al., ASPLOS'25).  A context created
   ``best_effort`` runs its kernels only while no kernel of an ordinary context
   runs or is ready, and one at a time.  Each is launched transformed
@@ -137,6 +142,7 @@ class KernelRun:
     __slots__ = (
         "after",
         "demand",
+        "drained_at",
         "end",
         "error",
         "gap",
@@ -210,6 +216,9 @@ class KernelRun:
         """A yielded kernel whose turn came back: when it may run again (inf: not yet)."""
         self.yields = 0
         """How often it gave the GPU back."""
+        self.drained_at: float | None = None
+        """When the low-priority blocks on the SMs it needs have drained (set when it is first
+        ready beside them; see :meth:`Engine._drain`)."""
 
     @property
     def duration(self) -> float:
@@ -408,6 +417,7 @@ class Engine:
         nxt = math.inf
         idle_streams = []
         gated = self._best_effort
+        low = self._low_priority and any(r.stream.low_priority for r in self.running)
         waiting: list[Stream] = []  # best-effort streams with a kernel to run
         for s in self._pending.values():
             if s.busy:
@@ -428,6 +438,11 @@ class Engine:
                 d = dep.end + r.gap
                 if d > t:
                     t = d
+            if low and not s.low_priority:
+                if r.drained_at is None and t <= limit:
+                    r.drained_at = t + self._drain(r)
+                if r.drained_at is not None and r.drained_at > t:
+                    t = r.drained_at
             if t > limit:
                 if t < nxt:
                     nxt = t
@@ -447,6 +462,44 @@ class Engine:
                 self._enter(r)
             self._allocate()
         return nxt
+
+    def _drain(self, run: KernelRun) -> float:
+        """How long ordinary kernel ``run``, ready now, waits for the SMs it needs that running
+        low-priority kernels' blocks fill (see the module docstring, "Stream priorities").
+
+        Of the SMs in its reach, those no kernel holds go first to low-priority kernels with
+        blocks still to place (they took them while no ordinary block was pending); what it
+        needs beyond the rest, it takes from them as their resident blocks end: the longest
+        of their waits (:attr:`SimKernel.drain_seconds`), in proportion to the share of their
+        SMs it needs."""
+        k = run.kernel
+        if k.busy_sms == 0:
+            return 0.0
+        ctx = run.stream.context
+        scope = ctx.sm_set
+        reach = self.sm_count if scope is None else scope.bit_count()
+        if ctx.sm_limit is not None and ctx.sm_limit < reach:
+            reach = ctx.sm_limit
+        held = 0
+        held_mask = 0
+        fill = 0
+        lows = []
+        for x in self.running:
+            if scope is not None and self._masked and x.sms and not x.mask & scope:
+                continue  # its SMs are out of reach
+            held += x.sms
+            held_mask |= x.mask
+            xk = x.kernel
+            if x.stream.low_priority and xk.drain_seconds > 0.0:
+                fill += xk.busy_sms - x.sms if xk.busy_sms > x.sms else 0
+                lows.append(xk)
+        if not lows:
+            return 0.0
+        free = (scope & ~held_mask).bit_count() if scope is not None and self._masked else self.sm_count - held
+        short = min(k.busy_sms, reach) - max(free - fill, 0)  # SMs it takes from their blocks
+        if short <= 0:
+            return 0.0
+        return max(xk.drain_seconds * min(1.0, short / xk.busy_sms) for xk in lows)
 
     def _enter(self, run: KernelRun) -> None:
         """Number a started kernel and add it to the running ones, which stay in the order

@@ -31,6 +31,9 @@ class SimKernel:
     """solo[n]: duration alone on n SMs, n = 0..N (solo[0] = inf)."""
     dram_seconds: float
     """Bytes moved, as seconds of peak DRAM bandwidth: dram_util * t(full)."""
+    drain_seconds: float = 0.0
+    """How long an ordinary kernel waits, on average, for an SM these blocks fill when this
+    kernel runs in a low-priority stream (:func:`bless.profiles.features.drain_seconds`); 0 if unknown."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,11 +51,18 @@ class SimApp:
         caps = features.max_sms(profile, gpu)
         busy = features.busy_sms(profile, gpu)
         dram = features.dram_seconds(profile, solo[-1])
+        drain = features.drain_seconds(profile, gpu)
         return cls(
             profile.app,
             tuple(
                 SimKernel(
-                    desc.name, desc.kind == "memcpy", int(caps[k]), int(busy[k]), solo[:, k].tolist(), float(dram[k])
+                    desc.name,
+                    desc.kind == "memcpy",
+                    int(caps[k]),
+                    int(busy[k]),
+                    solo[:, k].tolist(),
+                    float(dram[k]),
+                    float(drain[k]),
                 )
                 for k, desc in enumerate(profile.kernels)
             ),
