@@ -484,8 +484,8 @@ def _tail_at_risk(
 
 
 def _holds_back(top: PacedRequest, tail: PacedRequest, now: float, window: float) -> bool:
-    """Whether ``top``, yielding to ``tail``, should launch nothing rather than run in its
-    low-priority stream: each of the tail's queued kernels would wait for the SMs the top's
+    """Whether ``top`` (of an app within its share), yielding to ``tail``, should launch nothing
+    rather than run in its low-priority stream: each of the tail's queued kernels would wait for the SMs the top's
     blocks fill (its app's mean drain, :attr:`PacedRequest.drains`), and that wait would make
     the tail miss its deadline with a window to spare (a late tail: any wait).  VGG11's
     7 ms convolution in the low-priority stream, rounds of 0.7 ms, held BERT-base's last 19
@@ -493,8 +493,8 @@ def _holds_back(top: PacedRequest, tail: PacedRequest, now: float, window: float
     convolutions in launch order (32 ms for a 12 ms request; measured H200 profiles, green
     contexts)."""
     drains = top.drains
-    if not drains:
-        return False
+    if not drains or _standing(top, now) >= 2:
+        return False  # an app over its share keeps its quota's throughput: it runs on what the tail leaves
     return now + (tail.busy_until - now) + _queued(tail, now) * drains + window > tail.deadline
 
 
