@@ -293,7 +293,7 @@ def test_the_top_yields_the_sms_to_the_last_kernels_of_a_request_served_before_i
     table = linear_table(gpu)
     apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2)]
 
-    def squad(queued_until, backlog, tail_deadline=50.0, tail_backlog=False):
+    def squad(queued_until, backlog, tail_deadline=50.0, tail_backlog=False, drains=0.0):
         for app, over in ((apps[0], tail_backlog), (apps[1], backlog)):
             app.queue.clear()
             if over:
@@ -301,16 +301,25 @@ def test_the_top_yields_the_sms_to_the_last_kernels_of_a_request_served_before_i
         done = PacedRequest(Request(0, apps[0], 0.0), tail_deadline, table, 54.0, 1.0)
         done.request.scheduled = 40  # all launched, the last expected to end at ``queued_until``
         done.busy_until = queued_until
-        # 80 s at its quota's 54 SMs, deadline 70 s: it cannot wait.
-        other = PacedRequest(Request(1, apps[1], 0.0), 70.0, table, 54.0, 1.0)
-        launches = build_deadline_squad([done, other], 0.0, 1.0).launches
-        return [(e.request.rid, e.sm_limit, e.low_priority) for e in launches]
+        done.row = table.full  # unrestricted: 1 s a kernel, so ``queued_until`` kernels queued
+        # 80 s at its quota's 54 SMs, deadline 70 s: it cannot wait.  ``drains``: seconds each
+        # kernel of a neighbour waits for the SMs its blocks fill in a low-priority stream.
+        other = PacedRequest(Request(1, apps[1], 0.0), 70.0, table, 54.0, 1.0, drains=drains)
+        launch = build_deadline_squad([done, other], 0.0, 1.0)
+        return [(e.request.rid, e.sm_limit, e.low_priority) for e in launch.launches] or launch.wake_at
 
     assert squad(3.0, backlog=True) == [(1, None, True)]  # over its share: on what the queued kernels leave
     assert squad(0.0, backlog=True) == [(1, None, False)]  # the earlier request has ended
     assert squad(3.0, backlog=False) == [(1, None, True)]  # a later deadline than the tail's
     assert squad(3.0, backlog=False, tail_deadline=90.0) == [(1, None, False)]  # an earlier one: as usual
+    assert squad(3.0, backlog=False, tail_deadline=-1.0) == [(1, None, True)]  # a late tail, whatever its deadline
     assert squad(3.0, backlog=True, tail_backlog=True) == [(1, None, False)]  # the tail's app is over its share
+    # Blocks that hold the tail's 3 kernels back 1 s each still leave it on time; 20 s each would
+    # not: the top waits for the tail (nothing launched, woken when the tail is expected done),
+    # unless its app is over its share.
+    assert squad(3.0, backlog=False, drains=1.0) == [(1, None, True)]
+    assert squad(3.0, backlog=False, drains=20.0) == 3.0
+    assert squad(3.0, backlog=True, drains=20.0) == [(1, None, True)]
 
 
 MEASURED_H100 = Path(__file__).resolve().parents[1] / "tools/gpu_check_results/2026-11-26-h200/profiles"

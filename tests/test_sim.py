@@ -397,3 +397,28 @@ def test_an_sm_set_narrower_than_a_kernels_spread_runs_it_at_that_width():
         run = be.launch(be.create_stream(be.create_context(h, limit)), h, 0)
         be.synchronize()
         assert run.end - run.start == pytest.approx(took), limit
+
+
+@pytest.mark.parametrize(
+    ("registers", "ideal", "wait"),
+    [(32, True, 50e-6), (32, False, 50e-6 * 9 / 132), (None, True, 0.0)],
+)
+def test_an_ordinary_kernel_waits_for_the_sms_a_low_priority_kernels_blocks_fill(registers, ideal, wait):
+    """The hardware gives a higher-priority kernel an SM only as the blocks on it end: an
+    ordinary kernel needing every SM, launched beside a low-priority kernel that fills them,
+    starts half a round of those blocks later; one needing 9 SMs' worth, that share of it;
+    beside blocks of unknown size, at once (the fluid model's reading)."""
+    launch = {"grid": (132 * 16 * 4, 1, 1), "block": (128, 1, 1), "registers": registers, "shared_mem": 0}
+    # 16 blocks per SM, 4 rounds over 132 SMs in 400 us: rounds of 100 us.
+    long = _one_kernel_app("long", 1.0, gpu="h100", curve_us=lambda n: 400.0 * 132 / n, **launch)
+    assert features.drain_seconds(long, H100).tolist() == pytest.approx([50e-6 if registers else 0.0])
+    short = _launched_app("short", (lambda n: 10.0 * 132 / n) if ideal else (lambda n: 10.0))
+    be = SimBackend("h100", host=NO_HOST)
+    hl, hs = be.deploy(long), be.deploy(short)
+    low = be.create_stream(be.create_context(hl, None), low_priority=True)
+    ordinary = be.create_stream(be.create_context(hs, None))
+    be.launch(low, hl, 0)
+    be.wait(deadline=20e-6)  # the host comes back 20 us later
+    run = be.launch(ordinary, hs, 0)
+    be.synchronize()
+    assert run.start == pytest.approx(20e-6 + wait)

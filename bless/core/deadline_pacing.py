@@ -384,8 +384,9 @@ def build_deadline_squad(
     # even in its low-priority stream its blocks would hold them back too long.
     tail = _tail_at_risk(requests, top, now, window, price)
     yields = tail is not None
-    holds = yields and _holds_back(top, tail, now, window)
-    if holds:
+    holds = False
+    if tail is not None and _holds_back(top, tail, now, window):
+        holds = True
         wake = min(wake, max(tail.busy_until, now + _TICK))
     priced = None
     if price is not None and len(picked) > 1 and not yields:  # none is best-effort: windows are ``window``

@@ -440,7 +440,7 @@ class Engine:
                     t = d
             if low and not s.low_priority:
                 if r.drained_at is None and t <= limit:
-                    r.drained_at = t + self._drain(r)
+                    r.drained_at = now + self._drain(r)
                 if r.drained_at is not None and r.drained_at > t:
                     t = r.drained_at
             if t > limit:
