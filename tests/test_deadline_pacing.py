@@ -306,7 +306,7 @@ def test_the_top_yields_the_sms_to_the_last_kernels_of_a_request_served_before_i
         # kernel of a neighbour waits for the SMs its blocks fill in a low-priority stream.
         other = PacedRequest(Request(1, apps[1], 0.0), 70.0, table, 54.0, 1.0, drains=drains)
         launch = build_deadline_squad([done, other], 0.0, 1.0)
-        return [(e.request.rid, e.sm_limit, e.low_priority) for e in launch.launches] or launch.wake_at
+        return [(e.request.rid, e.sm_limit, e.low_priority) for e in launch.launches]
 
     assert squad(3.0, backlog=True) == [(1, None, True)]  # over its share: on what the queued kernels leave
     assert squad(0.0, backlog=True) == [(1, None, False)]  # the earlier request has ended
@@ -315,10 +315,10 @@ def test_the_top_yields_the_sms_to_the_last_kernels_of_a_request_served_before_i
     assert squad(3.0, backlog=False, tail_deadline=-1.0) == [(1, None, True)]  # a late tail, whatever its deadline
     assert squad(3.0, backlog=True, tail_backlog=True) == [(1, None, False)]  # the tail's app is over its share
     # Blocks that hold the tail's 3 kernels back 1 s each still leave it on time; 20 s each would
-    # not: the top waits for the tail (nothing launched, woken when the tail is expected done),
-    # unless its app is over its share.
+    # not: the top waits for the tail (nothing launched; the tail's end wakes pacing), unless its
+    # app is over its share.
     assert squad(3.0, backlog=False, drains=1.0) == [(1, None, True)]
-    assert squad(3.0, backlog=False, drains=20.0) == 3.0
+    assert squad(3.0, backlog=False, drains=20.0) == []
     assert squad(3.0, backlog=True, drains=20.0) == [(1, None, True)]
 
 

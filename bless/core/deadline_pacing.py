@@ -382,12 +382,9 @@ def build_deadline_squad(
     # The top yields the SMs to the last kernels of a request served before it where they would
     # otherwise miss its deadline (asked only of a step that launches), and waits for them where
     # even in its low-priority stream its blocks would hold them back too long.
-    tail = _tail_at_risk(requests, top, now, window, price)
+    tail = _tail_at_risk(requests, top, now, window, price) if len(live) < len(requests) else None
     yields = tail is not None
-    holds = False
-    if tail is not None and _holds_back(top, tail, now, window):
-        holds = True
-        wake = min(wake, max(tail.busy_until, now + _TICK))
+    holds = tail is not None and _holds_back(top, tail, now, window)  # the tail's end wakes pacing
     priced = None
     if price is not None and len(picked) > 1 and not yields:  # none is best-effort: windows are ``window``
         row, counts[0], priced = _top_row(
@@ -457,7 +454,7 @@ def _tail_at_risk(
     synthetic app of 250 us kernels at 5x its share beside one of 30 us kernels
     (``test_an_overloaded_neighbour_leaves_any_app_its_iso_latency``) was served at 0.90x
     its quota's rate when it always yielded, 0.99x when it yields so."""
-    order = (_standing(top, now), top.rank)
+    order = None  # the top's place in the order of service (found on first need)
     ttab = top.table
     count: int | None = None  # kernels in the top's next window (found on first need)
     for p in requests:
@@ -465,6 +462,8 @@ def _tail_at_risk(
         if p.request.scheduled < tab.n_kernels or p.busy_until <= now:
             continue
         standing = _standing(p, now)
+        if order is None:
+            order = (_standing(top, now), top.rank)
         if standing >= 2 or (standing == 0 and (standing, p.rank) > order):
             continue  # its app is over its share, or it is on time with a later deadline
         if price is None:
