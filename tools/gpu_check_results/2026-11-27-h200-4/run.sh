@@ -7,6 +7,7 @@ o=${OUT:?}
 D=tools/gpu_check_results
 export BLESS_CACHE=$PWD/.gpucache PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >$o/env.txt 2>&1
+git log -1 --format=%H >>$o/env.txt
 t0=$(date +%s)
 timeout 230 python3 -m bless.cli sweep $D/2026-11-27-h200-4/bert_base_pairs.yaml --out $o/bb --no-plot --jobs 1 >$o/bb.log 2>&1; echo "bert_base sweep rc $? $(( $(date +%s)-t0 )) s"; tail -2 $o/bb.log
 t0=$(date +%s)

@@ -5,6 +5,7 @@ set -u
 o=${OUT:?}
 D=tools/gpu_check_results/2026-11-27-h200-4
 export BLESS_CACHE=$PWD/.gpucache PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+git log -1 --format=%H >$o/env3.txt
 t0=$(date +%s)
 timeout 120 python3 -m bless.cli sweep $D/variants.yaml --out $o/v --no-plot --jobs 1 >$o/var.log 2>&1; echo "sweep rc $? $(( $(date +%s)-t0 )) s"
 [ -f $o/v/apps.csv ] && mv $o/v/apps.csv $o/var_apps.csv; rm -rf $o/v
