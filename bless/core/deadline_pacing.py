@@ -567,11 +567,11 @@ def _misses_beside(p: PacedRequest, top: PacedRequest, left: float, window: floa
     return _finish(rem, 1.0 / p.stretch, top_end, after) + window > left
 
 
-def _surplus(top: PacedRequest, now: float, window: float) -> float:
-    """The SMs of ``top``'s quota that its deadline does not need, with a window to spare (0
-    if it needs them all)."""
+def _surplus(top: PacedRequest, now: float, margin: float) -> float:
+    """The SMs of ``top``'s quota that its deadline does not need, with ``margin`` seconds to
+    spare (0 if it needs them all)."""
     tab = top.table
-    row = top.deadline_row(now, margin=window)
+    row = top.deadline_row(now, margin=margin)
     return max(top.quota_sms - tab.row_sms[row], 0.0) if row < tab.full else 0.0
 
 
