@@ -28,8 +28,9 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path("tools/gpu_check_results")
-PROFILES = str(RESULTS / "2026-11-26-h200/profiles")
+RESULTS = ROOT / "tools" / "gpu_check_results"
+PROFILES = RESULTS / "2026-11-26-h200" / "profiles"
+"""The profiles measured on the H200, which every one of these runs used."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ def cells(session: Session) -> list[tuple[dict, list[float]]]:
     """Each kept run's simulator config and the GPU's mean over ISO per app slot."""
     from bless.harness.sweep import parse_sweep
 
-    text = (RESULTS / session.sweep).read_text().replace("PROFILES/", PROFILES + "/")
+    text = (RESULTS / session.sweep).read_text()
+    text = text.replace("tools/gpu_check_results/", f"{RESULTS}/").replace("PROFILES/", f"{PROFILES}/")
     sweep = parse_sweep(yaml.safe_load(text))
     gpu: dict[int, dict[int, float]] = {}
     with open(RESULTS / session.apps_csv) as f:
@@ -84,9 +86,13 @@ def simulate(job: tuple[float, dict]) -> list[float]:
 
     bandwidth, raw = job
     # Every reader of the constant (the simulated GPU, and the policies that price with it) asks
-    # for_gpu; in this worker process it answers the candidate.
+    # for_gpu; for this run it answers the candidate.
+    stored = InterferenceModel.__dict__["for_gpu"]
     InterferenceModel.for_gpu = classmethod(lambda cls, gpu: cls(bandwidth=bandwidth))  # type: ignore[method-assign,assignment]
-    result = run_config(config_from_dict(raw))
+    try:
+        result = run_config(config_from_dict(raw))
+    finally:
+        InterferenceModel.for_gpu = stored  # type: ignore[method-assign]
     return [a.mean / a.iso_latency for a in result.apps]
 
 
