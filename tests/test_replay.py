@@ -2,6 +2,7 @@
 request completes, a lone request gets the whole GPU, quotas are honoured."""
 
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,11 +15,12 @@ from bless.harness.replay import Replay
 from bless.harness.run import run_config
 from bless.policies.bless import DECISION_COST, BlessPolicy
 from bless.policies.unbound import UnboundPolicy
+from bless.profiles.format import load_profile
 from bless.profiles.synthetic import synthetic_profile
 
 
-def run(policy, profiles, loads, quotas=None, duration=0.3, seed=0, **backend_kw):
-    backend = RecordingBackend("a100", seed=seed, **backend_kw)
+def run(policy, profiles, loads, quotas=None, duration=0.3, seed=0, gpu="a100", **backend_kw):
+    backend = RecordingBackend(gpu, seed=seed, **backend_kw)
     quotas = quotas or [1 / len(profiles)] * len(profiles)
     apps = [AppState(i, f"{p.app}{i}", p, q) for i, (p, q) in enumerate(zip(profiles, quotas))]
     result = Replay(backend, policy, apps, loads, duration=duration, warmup=0.0, seed=seed).run()
@@ -38,6 +40,10 @@ def test_no_kernel_lost_duplicated_or_reordered_and_every_request_completes(poli
     profiles = [synthetic_profile(f"p{i}", n_kernels=30 + 10 * i, mean_us=20, seed=i) for i in range(3)]
     loads = [Poisson(300.0), Poisson(200.0), ClosedLoop(0.3)]
     backend, result = run(policy(), profiles, loads, duration=0.2, noise_sigma=0.05)
+    _assert_every_kernel_once_in_order(backend, result)
+
+
+def _assert_every_kernel_once_in_order(backend, result):
     per_request = defaultdict(list)
     for req, k, launch in backend.log:
         per_request[req].append((k, launch))
@@ -50,6 +56,19 @@ def test_no_kernel_lost_duplicated_or_reordered_and_every_request_completes(poli
         assert req.done and req.end == launches[-1][1].end
     submitted = sum(a.submitted for a in result.apps)
     assert submitted == sum(a.completed for a in result.apps) == len(per_request)
+
+
+def test_no_kernel_lost_or_reordered_on_green_contexts_with_low_priority_blocks():
+    """The H100's green contexts with profiles measured there (every kernel's launch
+    configuration, so low-priority blocks hold SMs and deadline pacing yields to tails, holds
+    the top back and lends coarse contexts): BERT-base's closed loop beside VGG11 overloaded and
+    NASNet's closed loop, each request's kernels once, in order, one at a time."""
+    measured = Path(__file__).resolve().parents[1] / "tools/gpu_check_results/2026-11-26-h200/profiles"
+    profiles = [load_profile(measured / f"{name}.json") for name in ("bert_base", "vgg11", "nasnet")]
+    loads = [ClosedLoop(1 / 3), Poisson(5 / profiles[1].T[-1]), ClosedLoop(0.0)]
+    backend, result = run(BlessPolicy(), profiles, loads, duration=0.4, gpu="h100", mechanism="green", noise_sigma=0.02)
+    assert any(launch.stream.low_priority for _, _, launch in backend.log), "no low-priority launch: not exercised"
+    _assert_every_kernel_once_in_order(backend, result)
 
 
 def test_lone_request_streams_unrestricted_at_its_full_gpu_time():
