@@ -3,11 +3,17 @@ streams and one local Ray."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bless.profiles.format import Profile
 from bless.profiles.synthetic import synthetic_profile
 from bless.sim.backend import SimBackend
+
+MEASURED_H100 = Path(__file__).resolve().parents[1] / "tools/gpu_check_results/2026-11-26-h200/profiles"
+"""Profiles measured on a GH100 (an H200), every kernel with its launch configuration, so the
+simulated GPU lets blocks of two kernels share an SM (``profiles/h100/README.md``)."""
 
 
 class RecordingBackend(SimBackend):

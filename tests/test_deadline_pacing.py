@@ -1,10 +1,9 @@
 """Deadline pacing (BLESS's default): the quota's promise under any neighbour load,
 newcomers served within a window, and the paper's lockstep broken."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from conftest import MEASURED_H100
 
 from bless.core.deadline_pacing import build_deadline_squad, caution_after
 from bless.core.executor import Executor
@@ -320,11 +319,6 @@ def test_the_top_yields_the_sms_to_the_last_kernels_of_a_request_served_before_i
     assert squad(3.0, backlog=False, drains=1.0) == [(1, None, True)]
     assert squad(3.0, backlog=False, drains=20.0) == []
     assert squad(3.0, backlog=True, drains=20.0) == [(1, None, True)]
-
-
-MEASURED_H100 = Path(__file__).resolve().parents[1] / "tools/gpu_check_results/2026-11-26-h200/profiles"
-"""Profiles measured on a GH100 (an H200), every kernel with its launch configuration, so the
-simulated GPU lets blocks of two kernels share an SM (``profiles/h100/README.md``)."""
 
 
 @pytest.mark.parametrize("load", ["A", "B", {"type": "closed", "interval": 1 / 3, "think": "exponential"}])

@@ -2,11 +2,10 @@
 request completes, a lone request gets the whole GPU, quotas are honoured."""
 
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import RecordingBackend
+from conftest import MEASURED_H100, RecordingBackend
 
 from bless.core.lifecycle import AppState
 from bless.harness.config import config_from_dict
@@ -63,8 +62,7 @@ def test_no_kernel_lost_or_reordered_on_green_contexts_with_low_priority_blocks(
     configuration, so low-priority blocks hold SMs and deadline pacing yields to tails, holds
     the top back and lends coarse contexts): BERT-base's closed loop beside VGG11 overloaded and
     NASNet's closed loop, each request's kernels once, in order, one at a time."""
-    measured = Path(__file__).resolve().parents[1] / "tools/gpu_check_results/2026-11-26-h200/profiles"
-    profiles = [load_profile(measured / f"{name}.json") for name in ("bert_base", "vgg11", "nasnet")]
+    profiles = [load_profile(MEASURED_H100 / f"{name}.json") for name in ("bert_base", "vgg11", "nasnet")]
     loads = [ClosedLoop(1 / 3), Poisson(5 / profiles[1].T[-1]), ClosedLoop(0.0)]
     backend, result = run(BlessPolicy(), profiles, loads, duration=0.4, gpu="h100", mechanism="green", noise_sigma=0.02)
     assert any(launch.stream.low_priority for _, _, launch in backend.log), "no low-priority launch: not exercised"

@@ -495,7 +495,7 @@ def _holds_back(top: PacedRequest, tail: PacedRequest, now: float, window: float
     drains = top.drains
     if not drains or _standing(top, now) >= 2:
         return False  # an app over its share keeps its quota's throughput: it runs on what the tail leaves
-    return now + (tail.busy_until - now) + _queued(tail, now) * drains + window > tail.deadline
+    return tail.busy_until + _queued(tail, now) * drains + window > tail.deadline
 
 
 def _queued(p: PacedRequest, now: float) -> int:
