@@ -255,17 +255,18 @@ def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
     quota's rate where the top did not need it); the overloaded request runs at its quota when
     urgent.  A top that misses its deadline even on the whole GPU still takes SMs, each of which
     shortens its lateness: all but half the overloaded app's quota (``HOPELESS_KEEP``), and none
-    from an app within its share (that lends only where it still meets its own deadline)."""
+    from an app within its share (that lends only where it still meets its own deadline).  The
+    overloaded app lends from whatever context its own deadline gave it, its quota's or larger."""
     gpu = get_gpu("a100")
     table = linear_table(gpu, contexts=(18, 36, 54, 72, 90))
     over, calm = (AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2))
 
-    def squad(calm_deadline, backlog, caution=None):
+    def squad(calm_deadline, backlog, caution=None, head_quota=54.0, head_deadline=70.0):
         over.queue.clear()
         if backlog:
             over.submit(Request(9, over, 0.0))
-        # The overloaded app's request: 80 s at its 54 SMs, deadline 70 s: it cannot wait.
-        head = PacedRequest(Request(0, over, 0.0), 70.0, table, 54.0, 1.0)
+        # The overloaded app's request: 80 s at 54 SMs, deadline 70 s: it cannot wait.
+        head = PacedRequest(Request(0, over, 0.0), head_deadline, table, head_quota, 1.0)
         # The neighbour's: 10 kernels left, slowed 1.2x: 24 s at its 54 SMs, 18 s at 72, 14.4 s
         # at 90, 12 s on the whole GPU.
         other = PacedRequest(Request(1, calm, 0.0), calm_deadline, table, 54.0, 1.2)
@@ -280,6 +281,10 @@ def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
     assert squad(20.0, backlog=False) == {0: 54, 1: None}  # an on-time app lends only to a late top
     assert squad(10.0, backlog=True) == {0: 36, 1: None}  # hopeless: 36 of the 90 context's, keeping half
     assert squad(10.0, backlog=False, caution={1: 1.0}) == {0: 54, 1: None}  # within its share: none
+    # At a quota of 36 SMs with a deadline that needs 54 of the 54 the top's quota leaves, it
+    # lends from there too: down to 18, the top's need taken from its quota's 36.
+    assert squad(90.0, backlog=True, head_quota=36.0, head_deadline=85.0) == {0: 54, 1: None}
+    assert squad(20.0, backlog=True, head_quota=36.0, head_deadline=85.0) == {0: 18, 1: None}
 
 
 def test_the_top_yields_the_sms_to_the_last_kernels_of_a_request_served_before_it():
