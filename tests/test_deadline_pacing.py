@@ -247,6 +247,35 @@ def test_a_late_latency_critical_request_still_goes_before_best_effort_work():
     assert all(p.request.app is lc for p in decision.launches)
 
 
+def test_every_late_request_runs_where_the_quotas_contexts_add_up_to_more_than_the_gpu():
+    """Seven quotas of 1/7 (15.4 SMs) fit the GPU, but their contexts, rounded up to the
+    levels, take 7 x 18 = 126 of its 108 SMs.  Six requests past their deadlines beside an
+    on-time top each still get a context of at least their quota's SMs (they were left with
+    none, every step: the top ran alone and the six were starved for good)."""
+    gpu = get_gpu("a100")
+    table = linear_table(gpu, contexts=tuple(range(6, 108, 6)))
+    apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 1 / 7) for i in range(7)]
+    top = PacedRequest(Request(0, apps[0], 0.0), 1000.0, table, 108 / 7, 1.0)
+    late = [PacedRequest(Request(i, apps[i], 0.0), -1.0, table, 108 / 7, 1.0) for i in range(1, 7)]
+    launches = build_deadline_squad([top, *late], 0.0, 1.0).launches
+    limits = {launch.request.rid: launch.sm_limit for launch in launches}
+    assert set(limits) == set(range(7))
+    assert all(limits[i] is not None and limits[i] >= 12 for i in range(1, 7))
+
+
+def test_seven_closed_loops_at_a_seventh_each_all_make_progress():
+    """The same end to end: seven closed loops with no think time at quotas of 1/7, where
+    every app was served near its quota's latency before an on-time app took the GPU alone
+    (VGG11 at 0.29x its ISO target, the others at 2.1-3.3x).  Now none is starved: each within
+    the interference of a static split (GSLICE: 1.16-1.25x)."""
+    apps = ["resnet50", "resnet50", "resnet101", "bert", "nasnet", "vgg11", "resnet101"]
+    spec = {"type": "closed", "interval": 0}
+    config = {"gpu": "a100", "duration": 1.0, "warmup": 0.2, "seed": 0, "noise": 0.0, "policy": "bless"}
+    result = run_config(config_from_dict({**config, "apps": [{"app": a, "quota": 1 / 7, "load": spec} for a in apps]}))
+    ratios = [a.mean / a.iso_latency for a in result.apps]
+    assert max(ratios) < 1.4 and min(ratios) > 0.9, ratios
+
+
 def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
     """An app with requests queued behind its active one has its quota's throughput to claim,
     not the top: a neighbour within its share keeps the top even with the later deadline, and

@@ -311,7 +311,10 @@ def build_deadline_squad(
         tab = p.table
         sms = tab.row_sms
         k = p.request.scheduled
-        fits = spare + sms[q]  # its quota's SMs and what the others' leave
+        # Its quota's context and what the others' leave; never less than its quota's SMs, which
+        # the quotas' sum guarantees even where their contexts, rounded up to the GPU's levels,
+        # add up to more than the GPU (seven apps at 1/7: contexts of 18 SMs for quotas of 15.4).
+        fits = max(spare + sms[q], p.quota_sms)
         row = tab.first_row_at_most(fits)
         if (
             borrow
