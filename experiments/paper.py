@@ -717,6 +717,8 @@ def run_sweep(name: str, jobs: int | None) -> int:
 SCRIPTS = {
     "fig17": "fig17_squad_duration.py",
     "priority": "priority.py",  # each pair's apps also run alone
+    "cluster_placement": "cluster_placement.py",
+    "migmps": "migmps.py",
 }
 """Experiments with a script of their own, which writes results/NAME/table.md."""
 
