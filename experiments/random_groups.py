@@ -10,11 +10,15 @@ Poisson arrivals at 1, 2 or 5 times its quota's throughput (``1 / T[quota]``).  
 has at least one closed loop.  No group was chosen or tuned after seeing a result.
 
 Per group and policy it reports the worst closed loop's mean over its ISO target (its
-requests arriving after the warmup) and the least service of an app under Poisson arrivals:
-its requests done between the warmup and the end, per second, over its quota's throughput
-(``isolation_pairs.py``'s measure; at 1x the ISO run's own queue is unstable, so a little
-under 1 is what ISO gives too).  The promise: every closed loop at or below its ISO target
-(1 % tolerance), every Poisson app at its quota's throughput or more.
+requests arriving after the warmup) and, per app under Poisson arrivals, its service: its
+requests done between the warmup and the end, per second, over its quota's throughput
+(``isolation_pairs.py``'s measure).  Its due is the lesser of 1 and what arrived in that
+window in the same run (the offered load, in the same unit): at 1x the arrivals of a 2.5 s
+window vary by several per cent from one draw to the next, and the ISO run draws its own
+(``bless.harness.run.group_seed``), so ISO's service is no reference for another policy's.
+The promise: every closed loop at or below its ISO target (1 % tolerance), every Poisson app
+served its due (ISO's own shortfalls show what the measure's boundaries cost: requests queued
+at the window's edges).
 
     python experiments/random_groups.py > experiments/results/random_groups.md   # ~5 min on 2 cores
 
@@ -95,9 +99,9 @@ def quota_rate(m: Member) -> float:
     return 1.0 / load_app(m.model, "a100").latency_at_quota(m.eighteenths / 18)
 
 
-def run(group: list[Member], policy: str, seed: int) -> tuple[float, tuple[float, ...]]:
-    """The worst closed loop's mean over its ISO target, and each Poisson app's service over its
-    quota's throughput (in the group's order)."""
+def run(group: list[Member], policy: str, seed: int) -> tuple[float, tuple[tuple[float, float], ...]]:
+    """The worst closed loop's mean over its ISO target, and each Poisson app's service and
+    offered load, both over its quota's throughput (in the group's order)."""
     apps = []
     for m in group:
         load = (
@@ -113,10 +117,20 @@ def run(group: list[Member], policy: str, seed: int) -> tuple[float, tuple[float
         if m.poisson:
             ends = app.arrivals + app.latencies
             served = float(np.sum((ends > WARMUP) & (ends <= DURATION))) / (DURATION - WARMUP)
-            services.append(served / quota_rate(m))
+            offered = float(np.sum((app.arrivals > WARMUP) & (app.arrivals <= DURATION))) / (DURATION - WARMUP)
+            services.append((served / quota_rate(m), offered / quota_rate(m)))
         else:
             worst = max(worst, float(app.latencies[app.arrivals >= WARMUP].mean()) / app.iso_latency)
     return worst, tuple(services)
+
+
+def _service(services: tuple[tuple[float, float], ...]) -> str:
+    """The cell's Poisson part: the app with the largest shortfall below its due, as
+    `` / served / due`` (empty without a Poisson app)."""
+    if not services:
+        return ""
+    served, offered = max(services, key=lambda so: min(1.0, so[1]) - so[0])
+    return f" / {served:.2f} / {min(1.0, offered):.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,33 +147,26 @@ def main(argv: list[str] | None = None) -> int:
         with ProcessPoolExecutor(args.jobs) as pool:
             cells = list(pool.map(run, *zip(*jobs)))
     results = {(seed, p): cell for (_, p, seed), cell in zip(jobs, cells)}
-    print("\n## Worst closed loop's mean / ISO target; least Poisson app's service / its quota's throughput\n")
+    print(
+        "\n## Worst closed loop's mean / ISO target; the Poisson app furthest below its due: "
+        "service / due (in its quota's throughput)\n"
+    )
     print("| group | " + " | ".join(policies) + " |")
     print("|---|" + "---|" * len(policies))
     for seed, g in enumerate(groups):
-        row = " | ".join(
-            f"{w:.3f}" + (f" / {min(s):.2f}" if s else "") for w, s in (results[seed, p] for p in policies)
-        )
+        row = " | ".join(f"{w:.3f}" + _service(s) for w, s in (results[seed, p] for p in policies))
         print(f"| {seed}: " + "; ".join(m.label() for m in g) + f" | {row} |")
     print()
-    # Each Poisson app's due: its quota's throughput, or less where ISO itself serves less (at 1x
-    # the ISO queue is unstable and a 3 s run ends with requests still queued).
-    due = np.array(
-        [
-            min(1.0, results[seed, "iso"][1][i]) if "iso" in policies else 1.0
-            for seed in range(len(groups))
-            for i in range(len(results[seed, policies[0]][1]))
-        ]
-    )
     for p in policies:
         worst = np.array([results[seed, p][0] for seed in range(len(groups))])
-        served = np.array([x for seed in range(len(groups)) for x in results[seed, p][1]])
+        served = np.array([x for seed in range(len(groups)) for x, _ in results[seed, p][1]])
+        due = np.minimum(1.0, [o for seed in range(len(groups)) for _, o in results[seed, p][1]])
         short = served < due - 0.01
         print(
             f"{p}: {int(np.sum(worst > TOLERANCE))} of {len(groups)} groups with a closed loop over ISO by "
             f"more than 1 % (worst {worst.max():.3f}, mean of the worst {worst.mean():.3f}); "
             f"{int(np.sum(short))} of {len(served)} Poisson apps served more than 0.01 below the lesser of "
-            f"1 and ISO's service (at {served.min():.2f}-{served.max():.2f}x their quota's throughput; "
+            f"1 and their offered load (at {served.min():.2f}-{served.max():.2f}x their quota's throughput; "
             f"shortfall {np.mean(np.maximum(due - served, 0)):.3f} on average)."
         )
     return 0
