@@ -39,6 +39,7 @@ import numpy as np
 
 from bless.harness.config import config_from_dict
 from bless.harness.loads import WORKLOAD_INTERVALS
+from bless.harness.results import AppResult
 from bless.harness.run import run_config
 from bless.hw.gpus import get_gpu
 from bless.hw.interference import InterferenceModel
@@ -92,10 +93,18 @@ def run(bench: Bench, victim: str, neighbour: str, times: int, policy: str) -> t
         {"app": bench.app(neighbour), "quota": 0.5, "load": {"type": "poisson", "rate": rate}},
     ]
     mine, theirs = run_config(config_from_dict({**bench.base(), "policy": policy, "apps": apps})).apps
-    mean = float(mine.latencies[mine.arrivals >= WARMUP].mean())
-    ends = theirs.arrivals + theirs.latencies
-    served = float(np.sum((ends > WARMUP) & (ends <= DURATION))) / (DURATION - WARMUP)
-    return mean / mine.iso_latency, served / quota_rate
+    return over_iso(mine), served_per_second(theirs) / quota_rate
+
+
+def over_iso(app: AppResult) -> float:
+    """The app's mean over its ISO target, over its requests that arrived after ``WARMUP``."""
+    return float(app.latencies[app.arrivals >= WARMUP].mean()) / app.iso_latency
+
+
+def served_per_second(app: AppResult) -> float:
+    """The app's requests done between ``WARMUP`` and ``DURATION``, whenever they arrived, per second."""
+    ends = app.arrivals + app.latencies
+    return float(np.sum((ends > WARMUP) & (ends <= DURATION))) / (DURATION - WARMUP)
 
 
 def best_service(bench: Bench, victim: str, neighbour: str) -> float:

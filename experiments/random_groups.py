@@ -4,10 +4,11 @@
 groups are the paper's.  Here a seeded generator draws groups of 2-4 apps from the five
 shipped models and the five held-out ones of ``heldout.py`` (profiles built from the A100
 data, never committed), with random quotas (whole eighteenths of the GPU, the profiles'
-levels; half the groups take the whole GPU, half leave part of it idle) and random loads: a closed loop at 1/3, 2/3 or 1 times
-the app's full-GPU latency between requests, fixed or exponential, or, for one app in five,
-Poisson arrivals at 1, 2 or 5 times its quota's throughput (``1 / T[quota]``).  Every group
-has at least one closed loop.  No group was chosen or tuned after seeing a result.
+levels; half the groups take the whole GPU, half leave part of it idle) and random loads: a
+closed loop at 1/3, 2/3 or 1 times the app's full-GPU latency between requests, fixed or
+exponential, or, for one app in five, Poisson arrivals at 1, 2 or 5 times its quota's
+throughput (``1 / T[quota]``).  Every group has at least one closed loop.  No group was chosen
+or tuned after seeing a result.
 
 Per group and policy it reports the worst closed loop's mean over its ISO target (its
 requests arriving after the warmup) and, per app under Poisson arrivals, its service: its
@@ -42,14 +43,13 @@ from bless.harness.run import run_config
 from bless.profiles.catalog import load_app
 
 sys.path.insert(0, str(Path(__file__).parent))
-import heldout  # a sibling script: the held-out models' profiles
+import heldout  # sibling scripts: the held-out models' profiles,
+from isolation_pairs import DURATION, WARMUP, over_iso, served_per_second  # and the isolation measures
 
 SHIPPED = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
 POLICIES = ("bless", "gslice", "unbound", "iso")
 INTERVALS = (1 / 3, 2 / 3, 1.0)
 TIMES = (1, 2, 5)
-WARMUP = 0.5
-DURATION = 3.0
 TOLERANCE = 1.01
 
 
@@ -115,12 +115,11 @@ def run(group: list[Member], policy: str, seed: int) -> tuple[float, tuple[tuple
     worst, services = 0.0, []
     for m, app in zip(group, result.apps):
         if m.poisson:
-            ends = app.arrivals + app.latencies
-            served = float(np.sum((ends > WARMUP) & (ends <= DURATION))) / (DURATION - WARMUP)
             offered = float(np.sum((app.arrivals > WARMUP) & (app.arrivals <= DURATION))) / (DURATION - WARMUP)
-            services.append((served / quota_rate(m), offered / quota_rate(m)))
+            rate = quota_rate(m)
+            services.append((served_per_second(app) / rate, offered / rate))
         else:
-            worst = max(worst, float(app.latencies[app.arrivals >= WARMUP].mean()) / app.iso_latency)
+            worst = max(worst, over_iso(app))
     return worst, tuple(services)
 
 
