@@ -2,7 +2,9 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PIP := $(BIN)/python -m pip --disable-pip-version-check -q
+# No download cache: on a fresh machine it would hold a second copy of every wheel (Ray, TVM)
+# beside the installed ones, and CI machines have run out of disk mid-install.
+PIP := $(BIN)/python -m pip --disable-pip-version-check --no-cache-dir -q
 
 .PHONY: run test test-slow test-all lint bench clean
 
