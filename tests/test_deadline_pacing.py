@@ -407,6 +407,57 @@ def test_a_lone_request_runs_in_its_low_priority_stream_unless_its_app_is_over_i
     assert (0, None, False) in squad(2)  # the top beside a waiting request
 
 
+def test_a_top_far_ahead_of_its_deadline_lets_an_earlier_arrival_pass():
+    """A top with the slack for two requests of an idle app that could arrive with an earlier
+    deadline runs in its low-priority stream, so that the arrival's kernels are not queued behind
+    its own; without that slack, with no such app, or over its share, it keeps its ordinary
+    stream."""
+    gpu = get_gpu("a100")
+    table = linear_table(gpu)  # 40 kernels of 1 s on the whole GPU; 80 s at the quota's 54 SMs
+    app = AppState(0, "a0", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=0), 0.5)
+
+    def top_low(deadline, arrivals, backlog=False):
+        app.queue.clear()
+        if backlog:
+            app.submit(Request(9, app, 0.0))
+        paced = [PacedRequest(Request(0, app, 0.0), deadline, table, 54.0, 1.0)]
+        return build_deadline_squad(paced, 0.0, 1.0, arrivals=arrivals).launches[0].low_priority
+
+    assert top_low(200.0, [(50.0, 40.0)])  # 200 - 80 - 1 = 119 s of slack >= 2 x 40
+    assert not top_low(150.0, [(50.0, 40.0)])  # 69 s < 80
+    assert not top_low(200.0, [(250.0, 40.0)])  # the arrival's deadline is later: it would wait
+    assert not top_low(200.0, [])  # no app idle
+    assert not top_low(200.0, [(50.0, 40.0)], backlog=True)  # its quota promises it throughput
+
+
+def test_a_large_quota_keeps_iso_beside_small_ones_running_ahead():
+    """BERT at 15/18 of the GPU has 6 % between its ISO latency and its latency alone.  Beside
+    ResNet-101 and VGG11 at 1/18 and 2/18, which run far ahead of their deadlines in BERT's
+    think time, each of its requests waited behind the windows of kernels theirs kept queued
+    (1.038x ISO); they let it pass now, and still run far below their own ISO latencies."""
+    apps = [("bert", "15/18"), ("resnet101", "1/18"), ("vgg11", "2/18")]
+
+    def ratios(yield_to_arrivals):
+        r = run_config(
+            config_from_dict(
+                {
+                    "gpu": "a100",
+                    "duration": 2.0,
+                    "warmup": 0.5,
+                    "seed": 0,
+                    "noise": 0.02,
+                    "policy": {"name": "bless", "yield_to_arrivals": yield_to_arrivals},
+                    "apps": [{"app": a, "quota": q, "load": {"type": "closed", "interval": 1 / 3}} for a, q in apps],
+                }
+            )
+        )
+        return [a.mean / a.iso_latency for a in r.apps]
+
+    bert, *small = ratios(True)
+    assert bert <= 1.0 and max(small) <= 0.7
+    assert ratios(False)[0] > 1.01  # the ablation: the case this covers
+
+
 def test_a_long_app_beside_a_short_one_keeps_its_iso_latency():
     """VGG11's short requests come back before ResNet101's long one is done: a projection that
     counts on the GPU freed after each of them leaves ResNet101 9 % over ISO; caution learnt

@@ -138,6 +138,7 @@ class BlessPolicy(Policy):
         wake_when_due: bool = True,
         background: bool = True,
         lone_low_priority: bool = False,
+        yield_to_arrivals: bool = True,
     ) -> None:
         if squad_size < 1:
             raise ValueError(f"squad_size must be >= 1, got {squad_size}")
@@ -173,6 +174,7 @@ class BlessPolicy(Policy):
             ("wake_when_due", wake_when_due),
             ("background", background),
             ("lone_low_priority", lone_low_priority),
+            ("yield_to_arrivals", yield_to_arrivals),
         ):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be true or false, got {flag!r}")
@@ -190,6 +192,10 @@ class BlessPolicy(Policy):
         as its queued blocks drain (opt-in: it brings Fig. 13's exponential pairs within 1 % of
         ISO but takes an app beside a neighbour's closed loop with no think time over it;
         ``experiments/README.md``, item 20)."""
+        self.yield_to_arrivals = yield_to_arrivals
+        """A top far enough ahead of its deadline runs in its low-priority stream while another app,
+        idle now, could arrive with an earlier deadline (False: the ablation;
+        :data:`~bless.core.deadline_pacing.ARRIVAL_SLACK`)."""
         self._last_limit: dict[int, int | None] = {}
         """Per request id: SM limit of its latest launched kernel."""
         self.determiner: Determiner | None = None
@@ -270,7 +276,7 @@ class BlessPolicy(Policy):
         if not active:
             return None
         if self.pacing == "deadline":
-            return self._deadline_squad(now, active)
+            return self._deadline_squad(now, active, apps)
         active.sort(key=lambda r: (r.arrival, r.rid))
         squad = build_squad(active, now, self.squad_size, self.pacing == "paper")
         if not squad.entries:
@@ -359,7 +365,7 @@ class BlessPolicy(Policy):
             )
         return tab
 
-    def _deadline_squad(self, now: float, active: list[Request]) -> Decision:
+    def _deadline_squad(self, now: float, active: list[Request], apps: list[AppState]) -> Decision:
         """Stream each request's next window of kernels in its context (no barrier)."""
         known = self._paced
         state = [known.get(r.rid) or self._pacing_state(r) for r in active]
@@ -376,10 +382,21 @@ class BlessPolicy(Policy):
             self.wake_when_due,
             self.background,
             self.lone_low_priority,
+            self._arrivals(now, apps) if self.yield_to_arrivals else (),
         )
         for e, row, d in zip(launch.launches, launch.rows, launch.durations):
             known[e.request.rid].decided(now, row, d)
         return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
+
+    def _arrivals(self, now: float, apps: list[AppState]) -> tuple[tuple[float, float], ...]:
+        """For each latency-critical app with no active request: the deadline a request of it
+        arriving now would have (as :meth:`_pacing_state` would fix it) and its latency target."""
+        arrivals = []
+        for app in apps:
+            if app.active is None and not app.best_effort:
+                finish = max(now, self._iso_finish.get(app.index, -math.inf)) + app.iso_latency
+                arrivals.append((finish if app.slo is None else min(finish, now + app.slo), app.target))
+        return tuple(arrivals)
 
     def _determiner(self) -> Determiner:
         if self.determiner is None:
@@ -400,6 +417,7 @@ class BlessPolicy(Policy):
             "wake_when_due": self.wake_when_due,
             "background": self.background,
             "lone_low_priority": self.lone_low_priority,
+            "yield_to_arrivals": self.yield_to_arrivals,
             "decide_per_launch": self.decision.per_launch,
             "decide_per_kernel": self.decision.per_kernel,
         }
