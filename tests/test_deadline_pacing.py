@@ -40,6 +40,13 @@ def pair(neighbour_load, policy="bless", duration=1.5, apps=("resnet50", "bert")
     )
 
 
+def group(apps, policy="bless", duration=2.0):
+    """A 2 s run (0.5 s warmup, seed 0, 2 % noise) of ``apps``, each ``(model, quota, load)``."""
+    spec = [{"app": a, "quota": q, "load": load} for a, q, load in apps]
+    cfg = {"gpu": "a100", "duration": duration, "warmup": 0.5, "seed": 0, "noise": 0.02, "policy": policy, "apps": spec}
+    return run_config(config_from_dict(cfg))
+
+
 def served_rate(app, duration: float, since: float = 0.0) -> float:
     """Requests of ``app`` completed per second between ``since`` and ``duration``, while
     requests arrive (a backlog drains after)."""
@@ -435,22 +442,11 @@ def test_a_large_quota_keeps_iso_beside_small_ones_running_ahead():
     ResNet-101 and VGG11 at 1/18 and 2/18, which run far ahead of their deadlines in BERT's
     think time, each of its requests waited behind the windows of kernels theirs kept queued
     (1.038x ISO); they let it pass now, and still run far below their own ISO latencies."""
-    apps = [("bert", "15/18"), ("resnet101", "1/18"), ("vgg11", "2/18")]
+    loop = {"type": "closed", "interval": 1 / 3}
+    apps = [("bert", "15/18", loop), ("resnet101", "1/18", loop), ("vgg11", "2/18", loop)]
 
     def ratios(yield_to_arrivals):
-        r = run_config(
-            config_from_dict(
-                {
-                    "gpu": "a100",
-                    "duration": 2.0,
-                    "warmup": 0.5,
-                    "seed": 0,
-                    "noise": 0.02,
-                    "policy": {"name": "bless", "yield_to_arrivals": yield_to_arrivals},
-                    "apps": [{"app": a, "quota": q, "load": {"type": "closed", "interval": 1 / 3}} for a, q in apps],
-                }
-            )
-        )
+        r = group(apps, {"name": "bless", "yield_to_arrivals": yield_to_arrivals})
         return [a.mean / a.iso_latency for a in r.apps]
 
     bert, *small = ratios(True)
@@ -599,22 +595,7 @@ def test_bert_keeps_its_iso_latency_beside_a_dram_heavy_neighbour(neighbour, quo
     SMs from an on-time neighbour; at 9/18 each, where the neighbour is the top most of the
     time and runs far ahead, 4.7 % (VGG11) and 2.7 % (ResNet50) over before a late urgent
     request could take what its deadline needs from the top's spare quota."""
-    r = run_config(
-        config_from_dict(
-            {
-                "gpu": "a100",
-                "duration": 2.0,
-                "warmup": 0.5,
-                "seed": 0,
-                "noise": 0.02,
-                "policy": "bless",
-                "apps": [
-                    {"app": neighbour, "quota": quotas[0], "load": "B"},
-                    {"app": "bert", "quota": quotas[1], "load": "B"},
-                ],
-            }
-        )
-    )
+    r = group([(neighbour, quotas[0], "B"), ("bert", quotas[1], "B")])
     assert all(a.mean <= 1.015 * a.iso_latency for a in r.apps), [a.mean / a.iso_latency for a in r.apps]
 
 
