@@ -21,30 +21,16 @@ from bless.profiles.synthetic import synthetic_profile
 from bless.sim.backend import SimBackend
 
 
-def pair(neighbour_load, policy="bless", duration=1.5, apps=("resnet50", "bert"), warmup=0.3, seed=0):
-    return run_config(
-        config_from_dict(
-            {
-                "gpu": "a100",
-                "duration": duration,
-                "warmup": warmup,
-                "seed": seed,
-                "noise": 0.02,
-                "policy": policy,
-                "apps": [
-                    {"app": apps[0], "quota": 0.5, "load": "B"},
-                    {"app": apps[1], "quota": 0.5, "load": neighbour_load},
-                ],
-            }
-        )
-    )
-
-
-def group(apps, policy="bless", duration=2.0):
-    """A 2 s run (0.5 s warmup, seed 0, 2 % noise) of ``apps``, each ``(model, quota, load)``."""
+def group(apps, policy="bless", duration=2.0, warmup=0.5, seed=0, noise=0.02):
+    """A simulated A100 run of ``apps``, each ``(model, quota, load)``."""
     spec = [{"app": a, "quota": q, "load": load} for a, q, load in apps]
-    cfg = {"gpu": "a100", "duration": duration, "warmup": 0.5, "seed": 0, "noise": 0.02, "policy": policy, "apps": spec}
-    return run_config(config_from_dict(cfg))
+    cfg = {"gpu": "a100", "duration": duration, "warmup": warmup, "seed": seed, "noise": noise, "policy": policy}
+    return run_config(config_from_dict({**cfg, "apps": spec}))
+
+
+def pair(neighbour_load, policy="bless", duration=1.5, apps=("resnet50", "bert"), warmup=0.3, seed=0):
+    """``apps[0]``'s closed loop B beside ``apps[1]`` under ``neighbour_load``, at half the GPU each."""
+    return group([(apps[0], 0.5, "B"), (apps[1], 0.5, neighbour_load)], policy, duration, warmup, seed)
 
 
 def served_rate(app, duration: float, since: float = 0.0) -> float:
@@ -276,9 +262,8 @@ def test_seven_closed_loops_at_a_seventh_each_all_make_progress():
     (VGG11 at 0.29x its ISO target, the others at 2.1-3.3x).  Now none is starved: each within
     the interference of a static split (GSLICE: 1.16-1.25x)."""
     apps = ["resnet50", "resnet50", "resnet101", "bert", "nasnet", "vgg11", "resnet101"]
-    spec = {"type": "closed", "interval": 0}
-    config = {"gpu": "a100", "duration": 1.0, "warmup": 0.2, "seed": 0, "noise": 0.0, "policy": "bless"}
-    result = run_config(config_from_dict({**config, "apps": [{"app": a, "quota": 1 / 7, "load": spec} for a in apps]}))
+    loop = {"type": "closed", "interval": 0}
+    result = group([(a, 1 / 7, loop) for a in apps], duration=1.0, warmup=0.2, noise=0.0)
     ratios = [a.mean / a.iso_latency for a in result.apps]
     assert max(ratios) < 1.4 and min(ratios) > 0.9, ratios
 

@@ -412,7 +412,6 @@ def build_deadline_squad(
     # The top yields the SMs to the last kernels of a request served before it where they would
     # otherwise miss its deadline (asked only of a step that launches), and waits for them where
     # even in its low-priority stream its blocks would hold them back too long.
-    passes = bool(arrivals) and _lets_arrivals_pass(top, now, window, arrivals)
     tail = _tail_at_risk(requests, top, now, window, price) if len(live) < len(requests) else None
     yields = tail is not None
     holds = tail is not None and _holds_back(top, tail, now, window)  # the tail's end wakes pacing
@@ -440,7 +439,11 @@ def build_deadline_squad(
         r = p.request
         tab = p.table
         count = counts[i]
-        low = i == 0 and (yields or (lone and lone_low_priority) or (passes and row >= tab.full))
+        low = i == 0 and (
+            yields
+            or (lone and lone_low_priority)
+            or (row >= tab.full and _lets_arrivals_pass(top, now, window, arrivals))
+        )
         entries.append(RequestLaunch(r, r.scheduled, count, tab.limits[row] if row < tab.full else None, low))
         lines.append(tab.lines[row])
         rows.append(row)

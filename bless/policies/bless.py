@@ -333,9 +333,8 @@ class BlessPolicy(Policy):
         paced = self._paced.get(request.rid)
         if paced is None:
             app = request.app
-            finish = max(request.arrival, self._iso_finish.get(app.index, -math.inf)) + app.iso_latency
+            finish, deadline = self._deadline_at(app, request.arrival)
             self._iso_finish[app.index] = finish
-            deadline = finish if app.slo is None else min(finish, request.arrival + app.slo)
             if app.best_effort:
                 deadline = math.inf
             tab = self.pace_table(app)
@@ -388,15 +387,19 @@ class BlessPolicy(Policy):
             known[e.request.rid].decided(now, row, d)
         return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
 
+    def _deadline_at(self, app: AppState, arrival: float) -> tuple[float, float]:
+        """A request of ``app`` arriving at ``arrival``: its finish in the ISO run of the same
+        arrivals (``max(arrival, the app's previous one) + T[quota]``) and its deadline (that
+        finish, or ``arrival + SLO`` if earlier)."""
+        finish = max(arrival, self._iso_finish.get(app.index, -math.inf)) + app.iso_latency
+        return finish, finish if app.slo is None else min(finish, arrival + app.slo)
+
     def _arrivals(self, now: float, apps: list[AppState]) -> tuple[tuple[float, float], ...]:
         """For each latency-critical app with no active request: the deadline a request of it
-        arriving now would have (as :meth:`_pacing_state` would fix it) and its latency target."""
-        arrivals = []
-        for app in apps:
-            if app.active is None and not app.best_effort:
-                finish = max(now, self._iso_finish.get(app.index, -math.inf)) + app.iso_latency
-                arrivals.append((finish if app.slo is None else min(finish, now + app.slo), app.target))
-        return tuple(arrivals)
+        arriving now would have and its latency target."""
+        return tuple(
+            (self._deadline_at(app, now)[1], app.target) for app in apps if app.active is None and not app.best_effort
+        )
 
     def _determiner(self) -> Determiner:
         if self.determiner is None:
