@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # beside the installed ones, and CI machines have run out of disk mid-install.
 PIP := $(BIN)/python -m pip --disable-pip-version-check --no-cache-dir -q
 
-.PHONY: run test test-slow test-all lint bench clean
+.PHONY: run test test-slow test-all test-native native lint bench bench-native clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,22 @@ test-slow: $(VENV)/.test
 test-all: $(VENV)/.test
 	$(BIN)/python -m pytest -q
 
+# The scheduler step as `pip install .` ships it, compiled by mypyc (hatch_build.py): a standard
+# wheel unpacked into $(NATIVE)/site, which PYTHONPATH puts before the editable source. `pytest`
+# and `bless`, not `python -m`: that would put the working folder, the uncompiled source, first.
+NATIVE := .native
+native: $(VENV)/.test
+	rm -rf $(NATIVE)
+	BLESS_NATIVE=1 $(PIP) wheel --no-deps -w $(NATIVE)/dist .
+	$(PIP) install --no-deps --target $(NATIVE)/site $(NATIVE)/dist/*.whl
+
+# The fast tests against the compiled modules (tests/conftest.py checks they are the ones loaded).
+test-native: native
+	BLESS_EXPECT_NATIVE=1 PYTHONPATH=$(CURDIR)/$(NATIVE)/site $(BIN)/pytest -q -m "not slow"
+
+bench-native: native
+	PYTHONPATH=$(CURDIR)/$(NATIVE)/site $(BIN)/bless bench overhead
+
 # ruff (lint and format), mypy on core/policies/hw/sim, and the layer contracts (import-linter).
 lint: $(VENV)/.lint
 	$(BIN)/ruff check .
@@ -51,4 +67,4 @@ bench: $(VENV)/.core
 	$(BIN)/bless bench sim
 
 clean:
-	rm -rf $(VENV) .pytest_cache build dist
+	rm -rf $(VENV) $(NATIVE) .pytest_cache build dist

@@ -1,14 +1,17 @@
 """The paper's experiments: run each sweep and regenerate its table and figure.
 
     .venv/bin/python experiments/paper.py fig13            # one experiment (runs its sweep if needed)
-    .venv/bin/python experiments/paper.py all --rerun      # every experiment, sweeps re-run
+    .venv/bin/python experiments/paper.py all --rerun      # every stored result, sweeps re-run (~45 min, 2 cores)
     .venv/bin/python experiments/paper.py headline         # the headline numbers from the results
 
 Each experiment is a sweep file ``experiments/<name>.yaml`` (run with
 ``bless sweep``; results under ``experiments/results/<name>/``) plus a table
 (``table.md``) and a figure (``<name>.png``) made here from ``runs.csv``.
 Fig. 17 is its own script (``fig17_squad_duration.py``), and so is the
-priority experiment (``priority.py``).  Every run is
+priority experiment (``priority.py``); the ablation and H100 sweeps are
+stored as ``bless sweep`` writes them, and six scripts print their tables
+(``results/<name>.md``: per-request lateness, held-out models, the bound's
+gap, isolation pairs, random groups, overlap feasibility).  Every run is
 deterministic for its seed, so re-running reproduces the tables exactly
 (wall-time columns aside).
 """
@@ -722,17 +725,38 @@ SCRIPTS = {
 }
 """Experiments with a script of their own, which writes results/NAME/table.md."""
 
+SWEEPS = ("fig13_ablation", "fig14_ablation", "bert_base_h100", "measured_pairs_h100", "measured_pairs_h100_uneven")
+"""Sweeps stored as ``bless sweep`` writes them (``runs.csv``, ``summary.csv``), with no table here."""
+
+PRINTED = ("per_request", "heldout", "overlap_feasibility", "bound_gap", "isolation_pairs", "random_groups")
+"""Scripts ``experiments/NAME.py`` that print their tables, stored as ``results/NAME.md``; after
+the sweeps, whose stored runs ``overlap_feasibility`` reads."""
+
 
 def main(argv: list[str] | None = None) -> int:
-    known = ", ".join([*EXPERIMENTS, *SCRIPTS, "headline"])
+    every = [*EXPERIMENTS, *SWEEPS, *SCRIPTS, *PRINTED, "headline"]
+    known = ", ".join(every)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("names", nargs="+", help=f"experiments: {known}, or all")
+    p.add_argument("names", nargs="+", help=f"experiments: {known}, or all (in this order)")
     p.add_argument("--rerun", action="store_true", help="run the sweeps even if results exist")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
     args = p.parse_args(argv)
-    names = [*EXPERIMENTS, *SCRIPTS, "headline"] if args.names == ["all"] else args.names
+    names = every if args.names == ["all"] else args.names
     failed: dict[str, int] = {}
     for name in names:
+        if name in SWEEPS:
+            if args.rerun or not (RESULTS / name / "runs.csv").exists():
+                failed[name] = run_sweep(name, args.jobs)
+            continue
+        if name in PRINTED:
+            out = RESULTS / f"{name}.md"
+            if args.rerun or not out.exists():
+                run = subprocess.run(
+                    [sys.executable, str(HERE / f"{name}.py")], check=True, stdout=subprocess.PIPE, text=True
+                )
+                out.write_text(run.stdout)
+            print(out.read_text())
+            continue
         if name in SCRIPTS:
             if args.rerun or not (RESULTS / name / "table.md").exists():
                 subprocess.run([sys.executable, str(HERE / SCRIPTS[name])], check=True)

@@ -3,6 +3,7 @@ streams and one local Ray."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,20 @@ from bless.sim.backend import SimBackend
 MEASURED_H100 = Path(__file__).resolve().parents[1] / "tools/gpu_check_results/2026-11-26-h200/profiles"
 """Profiles measured on a GH100 (an H200), every kernel with its launch configuration, so the
 simulated GPU lets blocks of two kernels share an SM (``profiles/h100/README.md``)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``make test-native`` sets BLESS_EXPECT_NATIVE=1: a run that would test the interpreted
+    modules instead of the compiled ones stops before its first test."""
+    if os.environ.get("BLESS_EXPECT_NATIVE") == "1":
+        from bless.native import NATIVE_MODULES, compiled_modules
+
+        interpreted = sorted(set(NATIVE_MODULES) - set(compiled_modules()))
+        if interpreted:
+            raise pytest.UsageError(
+                f"BLESS_EXPECT_NATIVE=1 but {', '.join(interpreted)} run interpreted: put the compiled "
+                "build first on PYTHONPATH (make test-native) and run pytest, not python -m pytest"
+            )
 
 
 class RecordingBackend(SimBackend):

@@ -28,7 +28,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-REPO_APPS = Path(__file__).resolve().parents[2] / "apps"
+_PACKAGE = Path(__file__).resolve().parents[1]
+SHIPPED_APPS = (_PACKAGE.parent / "apps", _PACKAGE / "_apps")
+"""The shipped model definitions: a source checkout keeps them beside the package, a wheel
+carries them inside it (``pyproject.toml``, force-include)."""
 DEFAULT_SEED = 0
 
 
@@ -124,9 +127,9 @@ def sgd(module, lr: float = 0.01, momentum: float = 0.9):
 
 # ------------------------------------------------------------------ finding apps
 def app_dirs() -> list[Path]:
-    """``$BLESS_APPS_PATH`` directories, then the repository's ``apps/``."""
+    """``$BLESS_APPS_PATH`` directories, then the shipped ``apps/``."""
     dirs = [Path(p).expanduser() for p in os.environ.get("BLESS_APPS_PATH", "").split(os.pathsep) if p]
-    dirs.append(REPO_APPS)
+    dirs.extend(SHIPPED_APPS)
     return [d for d in dirs if d.is_dir()]
 
 

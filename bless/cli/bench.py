@@ -51,6 +51,7 @@ def _profiles(names: list[str], gpu: str):
 
 def run(args: argparse.Namespace) -> int:
 
+    from bless import native
     from bless.harness.bench import bench_overhead, bench_policy_step, bench_sim
 
     console = make_console()
@@ -119,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
             rows,
         )
     )
+    console.print(native.describe())
     return 0
 
 

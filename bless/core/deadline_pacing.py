@@ -364,7 +364,7 @@ def build_deadline_squad(
             if short <= surplus_left:
                 surplus_left -= short
                 spare += short
-                fits = sms[q]
+                fits = float(sms[q])
                 row = q
         if row < 0:
             continue  # no context fits what the others leave this window

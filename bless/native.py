@@ -1,0 +1,40 @@
+"""Which of bless's modules the installed build runs compiled.
+
+Deadline pacing's step runs on the host before every launch; a standard wheel
+(``pip install .``) compiles its modules with mypyc from the same typed source
+(``hatch_build.py`` builds the list below), an editable install (``make test``)
+runs them as Python.  Benchmarks and tests ask which one they measure.  This
+module imports nothing of bless's, so the build hook reads it by path.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.machinery import EXTENSION_SUFFIXES
+
+NATIVE_MODULES = ("bless.core.deadline_pacing", "bless.core.paced_request")
+"""What mypyc compiles: the per-step scheduling code, pure Python over lists and
+dataclasses.  Not the policy classes: the registry reads their parameters from their
+signatures, which compiled classes do not expose; not the determiner, whose kernel walk
+numba compiles already."""
+
+
+def is_compiled(module: str) -> bool:
+    """Whether ``module`` was imported from a C extension."""
+    path = getattr(importlib.import_module(module), "__file__", None) or ""
+    return path.endswith(tuple(EXTENSION_SUFFIXES))
+
+
+def compiled_modules() -> tuple[str, ...]:
+    """The native modules this process runs compiled."""
+    return tuple(m for m in NATIVE_MODULES if is_compiled(m))
+
+
+def describe() -> str:
+    """One line for a benchmark's header: what runs the scheduler step."""
+    done = compiled_modules()
+    if len(done) == len(NATIVE_MODULES):
+        return "scheduler step compiled (mypyc): " + ", ".join(done)
+    if not done:
+        return "scheduler step interpreted (an editable install; `pip install .` or `make native` compiles it)"
+    return "scheduler step partly compiled: " + ", ".join(done) + " (a stale or mixed install)"
