@@ -49,9 +49,11 @@ native: $(VENV)/.test
 	BLESS_NATIVE=1 $(PIP) wheel --no-deps -w $(NATIVE)/dist .
 	$(PIP) install --no-deps --target $(NATIVE)/site $(NATIVE)/dist/*.whl
 
-# The fast tests against the compiled modules (tests/conftest.py checks they are the ones loaded).
+# The fast tests against the compiled modules (tests/conftest.py checks they are the ones loaded);
+# the shared data where the source checkout finds it (an installed package looks beside itself).
 test-native: native
-	BLESS_EXPECT_NATIVE=1 PYTHONPATH=$(CURDIR)/$(NATIVE)/site $(BIN)/pytest -q -m "not slow"
+	BLESS_EXPECT_NATIVE=1 BLESS_SHARED_DATA=$${BLESS_SHARED_DATA:-$(abspath $(CURDIR)/../shared/data)} \
+		PYTHONPATH=$(CURDIR)/$(NATIVE)/site $(BIN)/pytest -q -m "not slow"
 
 bench-native: native
 	PYTHONPATH=$(CURDIR)/$(NATIVE)/site $(BIN)/bless bench overhead
