@@ -31,10 +31,10 @@ def compiled_modules() -> tuple[str, ...]:
 
 
 def describe() -> str:
-    """One line for a benchmark's header: what runs the scheduler step."""
+    """What runs the scheduler step, for a benchmark's output and the server's banner."""
     done = compiled_modules()
     if len(done) == len(NATIVE_MODULES):
-        return "scheduler step compiled (mypyc): " + ", ".join(done)
+        return "scheduler step compiled (mypyc)"
     if not done:
-        return "scheduler step interpreted (an editable install; `pip install .` or `make native` compiles it)"
-    return "scheduler step partly compiled: " + ", ".join(done) + " (a stale or mixed install)"
+        return "scheduler step interpreted (an editable install; `pip install .` compiles it)"
+    return f"scheduler step partly compiled ({', '.join(done)}; a mixed install)"

@@ -92,6 +92,7 @@ def serve(args: argparse.Namespace) -> int:
     import dataclasses
     import logging
 
+    from bless import native
     from bless.cli import StopSignals, UserError
     from bless.serving.server.config import ServerConfig, load_server_config
     from bless.serving.server.errors import StartupError
@@ -131,7 +132,7 @@ def serve(args: argparse.Namespace) -> int:
     print(
         f"bless serving on {server.address} ({'TLS' if cfg.tls_cert else 'no TLS'}; OIP v2 inference, bless.admin.v1); "
         f"REST {rest}; metrics {metrics}; "
-        f"admin token from {server.token_source}; state in {cfg.state_dir}",
+        f"admin token from {server.token_source}; state in {cfg.state_dir}; {native.describe()}",
         flush=True,
     )
     while not stop.wait(0.5):
