@@ -140,6 +140,17 @@ def test_an_app_file_without_apps_is_rejected(tmp_path):
         find(str(tmp_path / "missing.py"))
 
 
+def test_an_app_file_whose_imports_are_missing_names_the_module_and_the_extra(tmp_path):
+    """The shipped apps import torch, which only the apps extra installs: a core install that
+    lists or builds them is told what to install, not shown a traceback."""
+    from bless.build.zoo import find
+
+    app = tmp_path / "needs_a_module.py"
+    app.write_text("import bless_no_such_module\n")
+    with pytest.raises(ValueError, match=r"imports 'bless_no_such_module'.*bless\[apps\]"):
+        find(str(app))
+
+
 def test_ptx_static_shared_and_ptxas_parsing():
     ptx = textwrap.dedent(
         """

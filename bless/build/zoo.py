@@ -198,6 +198,12 @@ def _import(path: Path) -> ModuleType:
     sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
+    except ModuleNotFoundError as e:
+        sys.modules.pop(name, None)
+        raise ValueError(
+            f"{path}: imports {e.name!r}, which is not installed here; the shipped apps need the "
+            "apps extra (pip install 'bless[apps]': torch and TVM)"
+        ) from e
     except BaseException:
         sys.modules.pop(name, None)
         raise
