@@ -1,9 +1,10 @@
 """Which of bless's modules the installed build runs compiled.
 
-Deadline pacing's step runs on the host before every launch; a standard wheel
-(``pip install .``) compiles its modules with mypyc from the same typed source
-(``hatch_build.py`` builds the list below), an editable install (``make test``)
-runs them as Python.  Benchmarks and tests ask which one they measure.  This
+Deadline pacing's step runs on the host before every launch, and the simulated GPU's
+engine runs every replay; a standard wheel (``pip install .``) compiles their modules
+with mypyc from the same typed source (``hatch_build.py`` builds the list below), an
+editable install (``make test``) runs them as Python.  Benchmarks and tests ask which
+one they measure.  This
 module imports nothing of bless's, so the build hook reads it by path.
 """
 
@@ -12,11 +13,12 @@ from __future__ import annotations
 import importlib
 from importlib.machinery import EXTENSION_SUFFIXES
 
-NATIVE_MODULES = ("bless.core.deadline_pacing", "bless.core.paced_request")
-"""What mypyc compiles: the per-step scheduling code, pure Python over lists and
-dataclasses.  Not the policy classes: the registry reads their parameters from their
-signatures, which compiled classes do not expose; not the determiner, whose kernel walk
-numba compiles already."""
+NATIVE_MODULES = ("bless.core.deadline_pacing", "bless.core.paced_request", "bless.sim.engine")
+"""What mypyc compiles: the per-step scheduling code and the simulated GPU's event engine,
+pure Python over lists and plain classes.  Not the policy classes: the registry reads their
+parameters from their signatures, which compiled classes do not expose; not the
+determiner, whose kernel walk numba compiles already; not the simulated backend, which
+tests subclass and patch."""
 
 
 def is_compiled(module: str) -> bool:

@@ -1,6 +1,7 @@
-"""The scheduler step compiled by mypyc (a standard wheel: ``hatch_build.py``) takes the
-same decisions as the interpreted source.  Runs under ``make test-native``; an editable
-install has nothing compiled to compare."""
+"""The modules mypyc compiles into a standard wheel (``hatch_build.py``: the scheduler step
+and the simulated GPU's engine) take the same decisions at the same simulated times as the
+interpreted source.  Runs under ``make test-native``; an editable install has nothing
+compiled to compare."""
 
 from __future__ import annotations
 
