@@ -3,9 +3,9 @@
 Deadline pacing's step runs on the host before every launch, and the simulated GPU's
 engine runs every replay; a standard wheel (``pip install .``) compiles their modules
 with mypyc from the same typed source (``hatch_build.py`` builds the list below), an
-editable install (``make test``) runs them as Python.  Benchmarks and tests ask which
-one they measure.  This
-module imports nothing of bless's, so the build hook reads it by path.
+editable install (``make test``) runs them as Python.  Benchmarks, the server's banner
+and tests ask which one they run.  This module imports nothing of bless's, so the build
+hook reads it by path.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ def compiled_modules() -> tuple[str, ...]:
 
 
 def describe() -> str:
-    """What runs the scheduler step, for a benchmark's output and the server's banner."""
+    """Whether the scheduler step and the simulator run compiled, for a benchmark's output and
+    the server's banner."""
     done = compiled_modules()
     if len(done) == len(NATIVE_MODULES):
-        return "scheduler step compiled (mypyc)"
+        return "scheduler step and simulator compiled (mypyc)"
     if not done:
-        return "scheduler step interpreted (an editable install; `pip install .` compiles it)"
-    return f"scheduler step partly compiled ({', '.join(done)}; a mixed install)"
+        return "scheduler step and simulator interpreted (an editable install; `pip install .` compiles them)"
+    return f"scheduler step and simulator partly compiled ({', '.join(done)}; a mixed install)"
