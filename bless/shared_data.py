@@ -1,6 +1,7 @@
-"""Where the shared real-world data lives (calibration measurements, traces).
+"""Where the shared real-world data lives (calibration measurements, traces), and the
+folders of files bless ships (profiles, model definitions).
 
-The project never copies these files; it reads them in place from
+The project never copies the shared data; it reads it in place from
 ``../shared/data`` beside the repository root, or from ``$BLESS_SHARED_DATA``.
 A missing file raises :class:`MissingDataError` naming the public dataset and
 where to put it.
@@ -11,7 +12,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = Path(__file__).resolve().parent
+"""The installed ``bless`` package."""
+REPO_ROOT = PACKAGE.parent
+
+
+def shipped_dirs(name: str) -> tuple[Path, Path]:
+    """Where a folder bless ships (``profiles``, ``apps``) may be: a source checkout keeps it
+    beside the package, a wheel carries it inside as ``_<name>`` (``pyproject.toml``,
+    force-include)."""
+    return REPO_ROOT / name, PACKAGE / f"_{name}"
 
 
 class MissingDataError(FileNotFoundError):

@@ -28,10 +28,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-_PACKAGE = Path(__file__).resolve().parents[1]
-SHIPPED_APPS = (_PACKAGE.parent / "apps", _PACKAGE / "_apps")
-"""The shipped model definitions: a source checkout keeps them beside the package, a wheel
-carries them inside it (``pyproject.toml``, force-include)."""
+from bless.shared_data import shipped_dirs
+
+SHIPPED_APPS = shipped_dirs("apps")
+"""The shipped model definitions."""
 DEFAULT_SEED = 0
 
 

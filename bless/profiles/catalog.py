@@ -12,10 +12,9 @@ from pathlib import Path
 
 from bless.hw.gpus import get_gpu
 from bless.profiles.format import Profile, load_profile
+from bless.shared_data import shipped_dirs
 
-_PACKAGE = Path(__file__).resolve().parents[1]
-"""The installed ``bless`` package; a source checkout keeps the shipped profiles beside it."""
-_SHIPPED = (_PACKAGE.parent / "profiles", _PACKAGE / "_profiles")
+_SHIPPED = shipped_dirs("profiles")
 
 
 def profile_dirs() -> list[Path]:
