@@ -82,7 +82,7 @@ class KernelManager:
         order = decision.launch_of_kernel
         if order is None:
             order = tuple(i for i, p in enumerate(plans) for _ in range(p.count))
-        cursor = [p.start for p in plans]
+        cursor = [int(p.start) for p in plans]  # a policy may give NumPy integers; a compiled Request holds C ones
         streams = [self.stream(p.request.app, p.sm_limit, p.low_priority) for p in plans]
         launch = self.backend.launch
         launches = []
