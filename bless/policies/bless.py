@@ -56,13 +56,11 @@ step costs what the requests it looks at and launches cost, not its kernels: it 
 request's next window whole, and its walk prices the same windows whatever their length (a
 step's median 8-46 us with 1-8 apps; a least-squares fit over the steps puts 0 +- 0.2 us on
 each kernel; a lone request's step of 26 kernels costs 9 us, as a step of a few).  So it is
-charged per launch, not per kernel: 35 us, above the 90th percentile of a step's time per launch in every replay
-measured with 2, 4 and 8 apps (23-34 us, 2026-11-25), but at it with 8 apps since the simulated GPU lets
-kernels share SMs (35.1-36.2 us, 2026-11-27: more steps price the top beside restricted requests),
-and below it with 8 apps since every urgent request gets a context where the quotas' contexts
-overcommit the GPU (48-50 us, session 26: 3.1 launches a step instead of 1.9, the top priced
-beside 7-8 requests; 18 us a launch on average).  Our assumption, kept rather than re-run
-every experiment at a new charge.
+charged per launch, not per kernel: 35 us, above the 90th percentile of a step's time per
+launch in the 2-, 4- and 8-app replays as a server runs the step, compiled (a wheel:
+16-18 / 20-22 / 32-33 us, session 29).  Interpreted (an editable install) it is 28-30 /
+37-38 / 56-58 us, over the charge with 4 and 8 apps.  Our assumption, kept since the first
+replays (23-34 us interpreted, 2026-11-25) rather than re-run every experiment at a new charge.
 The paper's squads are searched kernel by kernel: 0.72-1.07 us per kernel with 2-8 active apps,
 charged 1 us.  The paper's C++ runtime: 6.7 us per kernel."""
 
