@@ -743,37 +743,40 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     names = every if args.names == ["all"] else args.names
     failed: dict[str, int] = {}
-    for name in names:
-        if name in SWEEPS:
+    # The experiment files name measured profiles by their paths from the repository root
+    # (tools/gpu_check_results/...): the experiments run from there, wherever this was started.
+    with contextlib.chdir(HERE.parent):
+        for name in names:
+            if name in SWEEPS:
+                if args.rerun or not (RESULTS / name / "runs.csv").exists():
+                    failed[name] = run_sweep(name, args.jobs)
+                continue
+            if name in PRINTED:
+                out = RESULTS / f"{name}.md"
+                if args.rerun or not out.exists():
+                    run = subprocess.run(
+                        [sys.executable, str(HERE / f"{name}.py")], check=True, stdout=subprocess.PIPE, text=True
+                    )
+                    out.write_text(run.stdout)
+                print(out.read_text())
+                continue
+            if name in SCRIPTS:
+                if args.rerun or not (RESULTS / name / "table.md").exists():
+                    subprocess.run([sys.executable, str(HERE / SCRIPTS[name])], check=True)
+                print((RESULTS / name / "table.md").read_text())
+                continue
+            if name == "headline":
+                md = report_headline()
+                (RESULTS / "headline.md").write_text(md + "\n")
+                print(md)
+                continue
+            if name not in EXPERIMENTS:
+                p.error(f"unknown experiment {name!r}; choose from {known}, all")
             if args.rerun or not (RESULTS / name / "runs.csv").exists():
                 failed[name] = run_sweep(name, args.jobs)
-            continue
-        if name in PRINTED:
-            out = RESULTS / f"{name}.md"
-            if args.rerun or not out.exists():
-                run = subprocess.run(
-                    [sys.executable, str(HERE / f"{name}.py")], check=True, stdout=subprocess.PIPE, text=True
-                )
-                out.write_text(run.stdout)
-            print(out.read_text())
-            continue
-        if name in SCRIPTS:
-            if args.rerun or not (RESULTS / name / "table.md").exists():
-                subprocess.run([sys.executable, str(HERE / SCRIPTS[name])], check=True)
-            print((RESULTS / name / "table.md").read_text())
-            continue
-        if name == "headline":
-            md = report_headline()
-            (RESULTS / "headline.md").write_text(md + "\n")
-            print(md)
-            continue
-        if name not in EXPERIMENTS:
-            p.error(f"unknown experiment {name!r}; choose from {known}, all")
-        if args.rerun or not (RESULTS / name / "runs.csv").exists():
-            failed[name] = run_sweep(name, args.jobs)
-        md = EXPERIMENTS[name]()
-        (RESULTS / name / "table.md").write_text(md + "\n")
-        print(f"## {name}\n\n{md}\n")
+            md = EXPERIMENTS[name]()
+            (RESULTS / name / "table.md").write_text(md + "\n")
+            print(f"## {name}\n\n{md}\n")
     if any(failed.values()):
         runs = ", ".join(f"{name} ({n})" for name, n in failed.items() if n)
         print(f"runs failed in {runs}: their tables lack those cells (errors above, and in runs.csv)", file=sys.stderr)
