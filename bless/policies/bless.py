@@ -61,8 +61,10 @@ launch in the 2-, 4- and 8-app replays as a server runs the step, compiled (a wh
 16-18 / 20-22 / 32-33 us, session 29).  Interpreted (an editable install) it is 28-30 /
 37-38 / 56-58 us, over the charge with 4 and 8 apps.  Our assumption, kept since the first
 replays (23-34 us interpreted, 2026-11-25) rather than re-run every experiment at a new charge.
-The paper's squads are searched kernel by kernel: 0.72-1.07 us per kernel with 2-8 active apps,
-charged 1 us.  The paper's C++ runtime: 6.7 us per kernel."""
+The paper's squads are searched kernel by kernel: its scheduler and determiner take 0.72-1.07 us
+per kernel with 2-8 active apps, charged 1 us; the whole step, the interpreted policy around
+them included, 0.92 / 1.29 / 1.82 us with 2 / 4 / 8 apps (one run, session 29), so the ablation's rows
+understate its host cost with 4 and 8 apps.  The paper's C++ runtime: 6.7 us per kernel."""
 
 MEMORY_HEADROOM = 0.95
 """Share of device memory BLESS plans to use for apps and their contexts."""
