@@ -257,6 +257,31 @@ def test_every_late_request_runs_where_the_quotas_contexts_add_up_to_more_than_t
     assert all(limits[i] is not None and limits[i] >= 12 for i in range(1, 7))
 
 
+def test_a_steps_kernels_leave_in_the_order_they_would_start_alone_and_none_is_lost():
+    """Every kernel of a step's launches is in its launch order once, in the order the kernels
+    would start alone in their contexts from now (ties: the earlier launch first), for requests
+    whose kernels take uneven times and interleave."""
+    gpu = get_gpu("a100")
+    rng = np.random.default_rng(7)
+    contexts = tuple(range(6, 108, 6))
+    apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 1 / 7) for i in range(7)]
+    paced = []
+    for i, app in enumerate(apps):
+        solo = rng.choice([0.05, 0.1, 0.2], size=40) * rng.uniform(0.5, 2.0)  # seconds on the whole GPU
+        prefix = np.array([np.concatenate(([0.0], np.cumsum(solo * 108 / n))) for n in (*contexts, 108)])
+        request = Request(i, app, 0.0)
+        request.scheduled = int(rng.integers(0, 10))
+        paced.append(PacedRequest(request, 1000.0 if i == 0 else -1.0, PaceTable(contexts, 108, prefix), 108 / 7, 1.0))
+    step = build_deadline_squad(paced, 0.0, 1.0)
+    assert len(step.launches) == 7
+    starts = []
+    for j, (launch, row) in enumerate(zip(step.launches, step.rows)):
+        line = next(p for p in paced if p.request is launch.request).table.lines[row]
+        first = launch.start
+        starts += [(line[k] - line[first], j) for k in range(first, first + launch.count)]
+    assert step.launch_of_kernel == tuple(j for _, j in sorted(starts))
+
+
 def test_seven_closed_loops_at_a_seventh_each_all_make_progress():
     """The same end to end: seven closed loops with no think time at quotas of 1/7, where
     every app was served near its quota's latency before an on-time app took the GPU alone

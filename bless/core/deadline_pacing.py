@@ -648,7 +648,7 @@ def _start_order(entries: list[RequestLaunch], lines: list[list[float]]) -> tupl
         heads.append(e.start)
         ends.append(e.start + e.count)
         bases.append(line[e.start])
-        nexts.append(0.0)
+        nexts.append(0.0 if e.count else math.inf)
         total += e.count
     order: list[int] = []
     n = len(entries)
