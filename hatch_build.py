@@ -17,8 +17,8 @@ version pins, unlike generated code.
 Native modules (``bless.native.NATIVE_MODULES``): deadline pacing runs on the host's critical
 path before every launch (the paper's runtime is C++), and in
 CPython its step costs 2.6-2.9 us per scheduled kernel with 8 apps; compiled by mypyc
-from the same typed source it costs 1.7-2.0 (``bless bench overhead``, ``experiments/README.md``
-item 27); the simulated GPU's engine, compiled too, replays 2.2x as many kernels a second.
+from the same typed source, with the request and app classes, it costs 1.4 (``bless bench
+overhead``, ``experiments/README.md`` items 27 and 28); the simulated GPU's engine, compiled too, replays 2.2x as many kernels a second.
 A standard wheel (``pip install .``, what a server runs) carries them;
 an editable install (``make test``, development) does not, so an edited module
 takes effect without a rebuild.  ``BLESS_NATIVE``: ``auto`` (default) compiles

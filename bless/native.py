@@ -21,7 +21,7 @@ NATIVE_MODULES = (
 )
 """What mypyc compiles: the per-step scheduling code, the request and app classes it reads at
 every step (compiled, a field is a struct read, not a dictionary lookup: with 8 apps that
-took deadline pacing's own code, pricing aside, from 17 to 14 us a step), and the simulated
+took deadline pacing's own code, pricing aside, from 22-24 to 14-15 us a step), and the simulated
 GPU's event engine, pure Python over lists and plain classes.  Not the policy classes: the
 registry reads their parameters from their signatures, which compiled classes do not
 expose; not the determiner, whose kernel walk numba compiles already; not the simulated

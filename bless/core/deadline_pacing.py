@@ -188,7 +188,7 @@ def _standing(p: PacedRequest, now: float) -> int:
     past its deadline, 2 its app over its share (requests queued behind it), 3 best-effort."""
     if p.best_effort:
         return 3
-    if p.backlogged():
+    if p.request.app.backlogged:
         return 2
     return 1 if p.deadline < now else 0
 
@@ -303,7 +303,7 @@ def build_deadline_squad(
             # ``deadline - need`` on (no later than its queued kernels end, as ``left`` shows).
             if wake_when_due:
                 wake = min(wake, max(p.deadline - need, now + _TICK))
-            if waiting is None and background and not p.best_effort and not p.backlogged():
+            if waiting is None and background and not p.best_effort and not p.request.app.backlogged:
                 waiting = p
             continue
         urgent.append((p, q, left))
@@ -316,7 +316,7 @@ def build_deadline_squad(
     # app has been finishing late) from neighbours whose apps are over their share, and, if so, from
     # neighbours whose apps have not, where they still meet theirs (found on first need: most
     # steps lend nothing).
-    top_late = bool(cautions.get(top.app_index))
+    top_late = bool(cautions.get(top.request.app.index))
     want: float | None = None if lend else 0.0
     top_end = 0.0
     hopeless = False  # the top misses its deadline even on the whole GPU
@@ -337,7 +337,7 @@ def build_deadline_squad(
         if (
             borrow
             and row < tab.full
-            and (mine := cautions.get(p.app_index, 0.0))
+            and (mine := cautions.get(p.request.app.index, 0.0))
             and mine >= (highest := max(cautions.values()))
             and _misses_beside(p, top, left, window, highest)
             and tab.first_row_within(k, left, p.stretch, q) > row
@@ -376,8 +376,12 @@ def build_deadline_squad(
         # BERT at 1/18, BERT at 1.080x ISO, 1.048x when it lends (``random_groups.py``, group
         # 23).  An app within its share lends only from its quota's: a larger context is what
         # its own deadline needs.
-        over = p.backlogged()
-        if (row >= q if over else row == q) and want != 0.0 and (over or (top_late and not cautions.get(p.app_index))):
+        over = p.request.app.backlogged
+        if (
+            (row >= q if over else row == q)
+            and want != 0.0
+            and (over or (top_late and not cautions.get(p.request.app.index)))
+        ):
             if want is None:
                 want, top_end, hopeless = _beyond_quota(top, now, window if top_late else 0.0)
             smaller = tab.first_row_at_most(sms[q] - want)
@@ -392,9 +396,9 @@ def build_deadline_squad(
         picked.append((p, row))
         spare -= sms[row] - sms[q]
     windows = [window * BEST_EFFORT_WINDOW if p.best_effort else window for p, _ in picked]
-    lone = len(live) == 1 and not top.backlogged()
+    lone = len(live) == 1 and not top.request.app.backlogged
     depths = [
-        LONE_QUEUED if lone else CAPPED_BACKLOG_QUEUED if row < p.table.full and p.backlogged() else QUEUED
+        LONE_QUEUED if lone else CAPPED_BACKLOG_QUEUED if row < p.table.full and p.request.app.backlogged else QUEUED
         for p, row in picked
     ]  # windows each keeps queued
     refills = [p.busy_until - d * w for (p, _), d, w in zip(picked, depths, windows)]  # when each runs short of kernels
@@ -472,7 +476,7 @@ def _lets_arrivals_pass(top: PacedRequest, now: float, window: float, arrivals: 
     group), which run far ahead of their deadlines in BERT's think time, waited so and ran at
     1.048x ISO, the two at 0.57x; letting them pass, 0.966x.  The slack bounds what the top
     gives up: its kernels queued in the low-priority stream wait while the arrivals run."""
-    if top.best_effort or top.backlogged():
+    if top.best_effort or top.request.app.backlogged:
         return False
     need = 0.0
     for deadline, target in arrivals:
@@ -528,8 +532,8 @@ def _tail_at_risk(
         if count is None:
             count = _window_count(top, ttab.full, window)
         runs: list[tuple[Profile, int, int, int | None]] = [
-            (top.profile, top.request.scheduled, count, None),
-            (p.profile, tab.n_kernels - queued, queued, tab.row_sms[p.row] if p.row < tab.full else None),
+            (top.request.app.profile, top.request.scheduled, count, None),
+            (p.request.app.profile, tab.n_kernels - queued, queued, tab.row_sms[p.row] if p.row < tab.full else None),
         ]
         ends = price(runs, PRICE_HORIZON * window)
         if now + ends[1] + window > p.deadline:
@@ -708,8 +712,10 @@ def _top_row(
     ready = [max(p.busy_until - now, 0.0) for p, _ in picked]
     count = counts[0]
     k = top.request.scheduled
-    runs: list[tuple[Profile, int, int, int | None]] = [(top.profile, k, count, None)]
-    runs += [(p.profile, p.request.scheduled, c, p.table.row_sms[r]) for (p, r), c in zip(picked[1:], counts[1:])]
+    runs: list[tuple[Profile, int, int, int | None]] = [(top.request.app.profile, k, count, None)]
+    runs += [
+        (p.request.app.profile, p.request.scheduled, c, p.table.row_sms[r]) for (p, r), c in zip(picked[1:], counts[1:])
+    ]
     durations = None
     if behind is None:
         behind = _surely_behind(picked, counts, ready, now, window, caution)
@@ -733,7 +739,7 @@ def _top_row(
         # The top unrestricted, as priced so far (durations None: not priced).
         free_count, free_run, free_durations = count, runs[0], durations
         count = _window_count(top, row, window)
-        runs[0] = (top.profile, k, count, tab.row_sms[row])
+        runs[0] = (top.request.app.profile, k, count, tab.row_sms[row])
         durations = price(runs, PRICE_HORIZON * window)
         if len(picked) == 2 and behind.table.digest == tab.digest and behind.quota_sms == top.quota_sms:
             capped = _pair_ends(picked, counts, ready, durations, row, count, caution)

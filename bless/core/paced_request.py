@@ -18,7 +18,6 @@ import numpy as np
 from bless.backend.interface import Launched
 from bless.core.lifecycle import Request
 from bless.core.policy import RequestLaunch
-from bless.profiles.format import Profile
 
 
 @dataclass(frozen=True)
@@ -136,29 +135,15 @@ class PacedRequest:
     """Its launched windows not yet seen finished: ``[last kernel's launch, expected end]``."""
     best_effort: bool = field(init=False)
     """Its app is best-effort (no deadline: it runs only in what the others leave)."""
-    app_index: int = field(init=False)
-    profile: Profile = field(init=False)
-    """Its app's index and profile, read here once rather than through the request and its
-    app for every request at every step."""
-    app_queue: deque[Request] = field(init=False)
-    """Its app's queue (the app owns it; read only, by :meth:`backlogged`)."""
     quota_row: int = field(init=False)
     """Row of the smallest context that holds its quota's SMs."""
     rank: tuple[float, float, int] = field(init=False)
     """Its place in deadline order (deadline, then arrival, then id)."""
 
     def __post_init__(self) -> None:
-        app = self.request.app
-        self.best_effort = app.best_effort
-        self.app_index = app.index
-        self.profile = app.profile
-        self.app_queue = app.queue
+        self.best_effort = self.request.app.best_effort
         self.quota_row = self.table.first_row_at_least(self.quota_sms)
         self.rank = (self.deadline, self.request.arrival, self.request.rid)
-
-    def backlogged(self) -> bool:
-        """Its app is over its share: requests wait behind this one (``AppState.backlogged``)."""
-        return len(self.app_queue) > 0
 
     def decided(self, now: float, row: int, duration: float) -> None:
         """A window of its kernels, expected to take ``duration``, was decided in the context
