@@ -189,15 +189,28 @@ def time_needed(points: np.ndarray, need: Sequence[float]) -> float:
         cols = np.union1d(cols, better[np.argsort(reduced[better])[:64]])
 
 
-def closed_loop_ratio(points: np.ndarray, curves: Sequence[RequestCurve], thinks: Sequence[float]) -> float:
+def closed_loop_ratio(
+    points: np.ndarray,
+    curves: Sequence[RequestCurve],
+    thinks: Sequence[float | None],
+    served: Sequence[float] = (),
+) -> float:
     """The least ``lam`` at which closed loops thinking ``thinks[i]`` seconds between requests could
     all have mean latency ``lam x`` their ISO latency or less.
 
     A single client with mean latency ``L`` and mean think ``Z`` sends ``1 / (L + Z)`` requests per
     second, so every app at or below ``lam x`` ISO needs that throughput of the GPU; this asks for the
     least ``lam`` whose throughputs fit in its time (it ignores that a client thinking cannot be
-    served, so the true least is higher)."""
-    return least_lam(lambda lam: time_needed(points, [1 / (lam * c.iso + z) for c, z in zip(curves, thinks)]) <= 1)
+    served, so the true least is higher).  An app whose think is ``None`` is an open loop that must
+    be served ``served[i]`` times its quota's throughput (``1 / iso``) whatever ``lam``: both halves
+    of the isolation promise at once (4 means: even with every closed loop at 4x ISO it does not fit)."""
+
+    def need(lam: float) -> list[float]:
+        return [
+            served[i] / c.iso if z is None else 1 / (lam * c.iso + z) for i, (c, z) in enumerate(zip(curves, thinks))
+        ]
+
+    return least_lam(lambda lam: time_needed(points, need(lam)) <= 1)
 
 
 def neighbour_service(points: np.ndarray, victim: RequestCurve, neighbour: RequestCurve, think: float) -> float:

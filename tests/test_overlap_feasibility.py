@@ -125,3 +125,20 @@ def test_a_victim_that_cannot_be_done_in_time_is_refused_by_name(fluid):
     points = fluid.rate_points([impossible, neighbour], GPU.sm_count, model(0.75))
     with pytest.raises(ValueError, match="victim"):
         fluid.neighbour_service(points, impossible, neighbour, 0.01)
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}+{p[2]}")
+def test_an_open_loop_at_its_quotas_rate_beside_a_closed_one_fits_without_interference_and_more_only_hurts(fluid, pair):
+    closed, open_ = curves(fluid, pair[:2], pair[2:])
+    cs = [closed, open_]
+    think = [closed.seconds[GPU.sm_count] / 3, None]  # workload A beside Poisson arrivals
+    none = fluid.rate_points(cs, GPU.sm_count, model(0.0))
+    # The quota split serves the open loop at 1 / ISO and the closed one faster than its ISO cycle.
+    at_quota = fluid.closed_loop_ratio(none, cs, think, served=[0.0, 1.0])
+    assert at_quota <= 1.0 + 1e-3
+    assert at_quota <= fluid.closed_loop_ratio(none, cs, think, served=[0.0, 1.2]) + 1e-3
+    calibrated = fluid.rate_points(cs, GPU.sm_count, model(0.75))
+    assert at_quota <= fluid.closed_loop_ratio(calibrated, cs, think, served=[0.0, 1.0]) + 1e-3
+    # An open loop asking for more than the whole GPU leaves no lam that fits.
+    whole = open_.iso / open_.seconds[GPU.sm_count]
+    assert fluid.closed_loop_ratio(none, cs, think, served=[0.0, 1.01 * whole]) == pytest.approx(4.0, abs=1e-3)
