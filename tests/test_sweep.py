@@ -149,3 +149,21 @@ def test_cli_exits_nonzero_when_a_run_fails(tmp_path, monkeypatch, capsys):
     assert "1 of 2 runs failed" in capsys.readouterr().out
     rows = list(csv.DictReader((tmp_path / "out" / "runs.csv").open()))
     assert [bool(r["error"]) for r in rows] == [False, True] and "the backend went away" in rows[1]["error"]
+
+
+def test_a_sweep_whose_profile_path_does_not_resolve_stops_before_any_run_naming_the_field(tmp_path, monkeypatch):
+    profile = tmp_path / "profiles" / "mine.json"
+    profile.parent.mkdir()
+    from bless.profiles.catalog import load_app
+
+    load_app("resnet50", "a100").save(profile)
+    sweep = parse_sweep({"base": BASE, "grid": {"apps.1.app": ["bert", "profiles/mine.json"]}})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(ConfigError, match=r"apps\.1\.app: profile file 'profiles/mine.json' does not exist.*elsewhere"):
+        run_sweep(sweep, tmp_path / "out", jobs=1)
+    assert not (tmp_path / "out").exists()  # nothing started
+    monkeypatch.chdir(tmp_path)  # where the relative path resolves, every run runs
+    result = run_sweep(sweep, None, jobs=1)
+    assert not result.errors and len(result.rows) == 2

@@ -14,7 +14,9 @@ A sweep file (YAML)::
         apps.1.app: [vgg11, resnet50]
 
 Keys are dotted paths into the run config (``apps.0.quota``, ``policy``,
-``squad_size``, ``seed``...).  Every combination is one run; each run is
+``squad_size``, ``seed``...).  A relative profile path (``apps.0.app``) is read from
+the current directory, unlike ``base``; a sweep checks every run's apps before it
+starts any.  Every combination is one run; each run is
 deterministic for its config (seed included), so a sweep is too, whatever the
 number of worker processes (only the wall-time columns vary).  Results:
 ``runs.csv`` (one row per run: the swept values, the run summary and per-app
@@ -221,6 +223,25 @@ def _validate(cfg: dict[str, Any], values: dict[str, Any]) -> None:
         raise ConfigError(f"run {label(values)}: {e}") from None
 
 
+def check_apps(sweep: Sweep) -> None:
+    """A ConfigError naming the first run and field whose app has no profile: a sweep started
+    where its relative profile paths do not resolve would otherwise fail every run one by one."""
+    from bless.profiles.catalog import find_profile
+
+    checked: set[tuple[str, str]] = set()
+    for values, cfg in sweep.runs():
+        gpu = str(cfg.get("gpu", "a100"))
+        for i, app in enumerate(cfg.get("apps") or []):
+            name = app.get("app") if isinstance(app, dict) else None
+            if not isinstance(name, str) or (name, gpu) in checked:
+                continue
+            checked.add((name, gpu))
+            try:
+                find_profile(name, gpu)
+            except ValueError as e:
+                raise ConfigError(f"run {label(values)}: apps.{i}.app: {e}") from None
+
+
 # ------------------------------------------------------------------ running
 def run_one(job: tuple[int, dict[str, Any], dict[str, Any]]) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
     """Run one configuration; returns its index, its row and its per-app rows."""
@@ -256,8 +277,10 @@ def run_sweep(
     progress: Callable[[int, int], None] | None = None,
     plot: bool = True,
 ) -> SweepResult:
-    """Run every combination (``jobs`` worker processes; 1 runs in this process) and write the results."""
+    """Run every combination (``jobs`` worker processes; 1 runs in this process) and write the
+    results.  Every app of every run must name a profile that exists (:func:`check_apps`)."""
     work = [(i, values, raw) for i, (values, raw) in enumerate(sweep.runs())]
+    check_apps(sweep)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
     t0 = time.perf_counter()
     done: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}

@@ -44,7 +44,8 @@ def find_profile(app: str, gpu: str) -> Path:
     if _is_path(app):
         p = Path(app)
         if not p.is_file():
-            raise ValueError(f"profile file {app!r} does not exist")
+            where = "" if p.is_absolute() else f" (a relative path is read from the current directory, {Path.cwd()})"
+            raise ValueError(f"profile file {app!r} does not exist{where}; give its path from there or an absolute one")
         return p
     g = get_gpu(gpu).name
     for d in profile_dirs():
