@@ -728,7 +728,15 @@ SCRIPTS = {
 SWEEPS = ("fig13_ablation", "fig14_ablation", "bert_base_h100", "measured_pairs_h100", "measured_pairs_h100_uneven")
 """Sweeps stored as ``bless sweep`` writes them (``runs.csv``, ``summary.csv``), with no table here."""
 
-PRINTED = ("per_request", "heldout", "overlap_feasibility", "bound_gap", "isolation_pairs", "random_groups")
+PRINTED = (
+    "per_request",
+    "heldout",
+    "overlap_feasibility",
+    "bound_gap",
+    "isolation_pairs",
+    "isolation_uneven",
+    "random_groups",
+)
 """Scripts ``experiments/NAME.py`` that print their tables, stored as ``results/NAME.md``; after
 the sweeps, whose stored runs ``overlap_feasibility`` reads."""
 
