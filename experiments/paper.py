@@ -707,7 +707,8 @@ def run_sweep(name: str, jobs: int | None) -> int:
     from bless.harness.sweep import load_sweep
     from bless.harness.sweep import run_sweep as run
 
-    result = run(load_sweep(HERE / f"{name}.yaml"), RESULTS / name, jobs)
+    # By its path from the repository root (the working directory, see main), as sweep.json records it.
+    result = run(load_sweep((HERE / f"{name}.yaml").relative_to(HERE.parent)), RESULTS / name, jobs)
     failed = [r["error"] for r in result.failures]
     unplaced = len(result.errors) - len(failed)
     counts = f"{unplaced} not placeable by MIG, {len(failed)} failed"
