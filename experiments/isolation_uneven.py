@@ -54,20 +54,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time")
     args = ap.parse_args(argv)
     policies = args.policies.split(",")
-    jobs = [(c, p) for c in cells() for p in policies]
+    every = cells()
+    jobs = [(c, p) for c in every for p in policies]
     with ProcessPoolExecutor(args.jobs) as pool:
         results = dict(zip(jobs, pool.map(measure, *zip(*jobs))))
     print(f"\n## Loop's mean / ISO target; the small app at {TIMES}x its share: service / its quota's throughput\n")
     print("| loop (quota, think) beside small app | " + " | ".join(policies) + " |")
     print("|---|" + "---|" * len(policies))
-    for c in cells():
+    for c in every:
         loop, quota, interval, small = c
         row = " | ".join("{:.3f} / {:.2f}".format(*results[c, p]) for p in policies)
         print(f"| {loop} {quota}/18, {interval:.2f} beside {small} {18 - quota}/18 | {row} |")
     print()
     for p in policies:
-        loops = np.array([results[c, p][0] for c in cells()])
-        served = np.array([results[c, p][1] for c in cells()])
+        loops = np.array([results[c, p][0] for c in every])
+        served = np.array([results[c, p][1] for c in every])
         print(
             f"{p}: loops over ISO by more than 1 %: {int(np.sum(loops > TOLERANCE))} of {len(loops)} "
             f"(worst {loops.max():.3f}); small apps served at {served.min():.2f}-{served.max():.2f}x their "

@@ -196,15 +196,15 @@ def main(argv: list[str] | None = None) -> int:
         f"above {OUT_OF_REACH}, not even if the estimate is as far off as it has been on the stored "
         "closed-loop cells.\n"
     )
+    poisson_reach = np.array([reaches[seed] for seed, g in enumerate(groups) for m in g if m.poisson])
     for p in policies:
         worst = np.array([results[seed, p][0] for seed in range(len(groups))])
         served = np.array([x for seed in range(len(groups)) for x, _ in results[seed, p][1]])
         due = np.minimum(1.0, [o for seed in range(len(groups)) for _, o in results[seed, p][1]])
         short = served < due - 0.01
         over = worst > TOLERANCE
-        poisson_reach = np.array([reaches[seed] for seed, g in enumerate(groups) for m in g if m.poisson])
         print(
-            f"{p}: {int(np.sum(worst > TOLERANCE))} of {len(groups)} groups with a closed loop over ISO by "
+            f"{p}: {int(np.sum(over))} of {len(groups)} groups with a closed loop over ISO by "
             f"more than 1 % (worst {worst.max():.3f}, mean of the worst {worst.mean():.3f}); "
             f"{int(np.sum(short))} of {len(served)} Poisson apps served more than 0.01 below the lesser of "
             f"1 and their offered load (at {served.min():.2f}-{served.max():.2f}x their quota's throughput; "

@@ -39,7 +39,7 @@ import math
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,14 +223,16 @@ def _validate(cfg: dict[str, Any], values: dict[str, Any]) -> None:
         raise ConfigError(f"run {label(values)}: {e}") from None
 
 
-def check_apps(sweep: Sweep) -> None:
-    """A ConfigError naming the first run and field whose app has no profile: a sweep started
-    where its relative profile paths do not resolve would otherwise fail every run one by one."""
+def check_apps(runs: Iterable[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """A ConfigError naming the first of ``runs`` (swept values, run config) and field whose app
+    has no profile: a sweep started where its relative profile paths do not resolve would
+    otherwise fail every run one by one."""
+    from bless.harness.config import RunConfig
     from bless.profiles.catalog import find_profile
 
     checked: set[tuple[str, str]] = set()
-    for values, cfg in sweep.runs():
-        gpu = str(cfg.get("gpu", "a100"))
+    for values, cfg in runs:
+        gpu = str(cfg.get("gpu", RunConfig.gpu))
         for i, app in enumerate(cfg.get("apps") or []):
             name = app.get("app") if isinstance(app, dict) else None
             if not isinstance(name, str) or (name, gpu) in checked:
@@ -280,7 +282,7 @@ def run_sweep(
     """Run every combination (``jobs`` worker processes; 1 runs in this process) and write the
     results.  Every app of every run must name a profile that exists (:func:`check_apps`)."""
     work = [(i, values, raw) for i, (values, raw) in enumerate(sweep.runs())]
-    check_apps(sweep)
+    check_apps((values, raw) for _, values, raw in work)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
     t0 = time.perf_counter()
     done: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
