@@ -57,8 +57,10 @@ def test_an_overloaded_neighbour_neither_starves_an_app_nor_is_starved(load):
     # The calibrated interference makes even a static split 2-7 % slower than ISO here.  BERT's
     # requests past their deadlines come after ResNet50's and cannot cap it below its own
     # deadline's need: within 1 % of ISO under Poisson overload.  Beside BERT's closed loop,
-    # whose requests are on time, within 6 % (experiments/README.md, isolation).
-    assert r50.mean <= (1.06 if load == {"type": "closed", "interval": 0.0} else 1.01) * r50.iso_latency
+    # whose requests are on time and whose tails are at risk at its quota's pace, as well: a
+    # top yields to a tail only where it can still keep its own deadline (1.021x ISO when it
+    # always yielded; experiments/README.md, item 30).
+    assert r50.mean <= 1.01 * r50.iso_latency
     assert r50.percentile(99) <= 1.15 * r50.iso_latency
     # Beside a busy ResNet50 its requests run at its quota stretched by the interference (~6 %).
     quota_rate = 1 / bert.iso_latency
@@ -339,12 +341,14 @@ def test_the_top_yields_the_sms_to_the_last_kernels_of_a_request_served_before_i
     after it (its app over its share, or a later deadline) then runs in its unrestricted
     context's low-priority stream, on the SMs they leave (in an ordinary stream its kernels
     would take the SMs they wait for; at its quota it would lose the ones they leave); once
-    they are done, or where they come after the top, it runs as any top."""
+    they are done, or where they come after the top, it runs as any top.  A top of an app
+    within its share yields only where it could wait for the tail's end and still finish
+    on the whole GPU with a window to spare: its own deadline is a promise too."""
     gpu = get_gpu("a100")
     table = linear_table(gpu)
     apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2)]
 
-    def squad(queued_until, backlog, tail_deadline=50.0, tail_backlog=False, drains=0.0):
+    def squad(queued_until, backlog, tail_deadline=50.0, tail_backlog=False, drains=0.0, deadline=70.0):
         for app, over in ((apps[0], tail_backlog), (apps[1], backlog)):
             app.queue.clear()
             if over:
@@ -353,9 +357,10 @@ def test_the_top_yields_the_sms_to_the_last_kernels_of_a_request_served_before_i
         done.request.scheduled = 40  # all launched, the last expected to end at ``queued_until``
         done.busy_until = queued_until
         done.row = table.full  # unrestricted: 1 s a kernel, so ``queued_until`` kernels queued
-        # 80 s at its quota's 54 SMs, deadline 70 s: it cannot wait.  ``drains``: seconds each
-        # kernel of a neighbour waits for the SMs its blocks fill in a low-priority stream.
-        other = PacedRequest(Request(1, apps[1], 0.0), 70.0, table, 54.0, 1.0, drains=drains)
+        # 80 s at its quota's 54 SMs, 40 s on the whole GPU, deadline 70 s: it cannot wait a
+        # window, but it can wait for the tail.  ``drains``: seconds each kernel of a neighbour
+        # waits for the SMs its blocks fill in a low-priority stream.
+        other = PacedRequest(Request(1, apps[1], 0.0), deadline, table, 54.0, 1.0, drains=drains)
         launch = build_deadline_squad([done, other], 0.0, 1.0)
         return [(e.request.rid, e.sm_limit, e.low_priority) for e in launch.launches]
 
@@ -365,6 +370,11 @@ def test_the_top_yields_the_sms_to_the_last_kernels_of_a_request_served_before_i
     assert squad(3.0, backlog=False, tail_deadline=90.0) == [(1, None, False)]  # an earlier one: as usual
     assert squad(3.0, backlog=False, tail_deadline=-1.0) == [(1, None, True)]  # a late tail, whatever its deadline
     assert squad(3.0, backlog=True, tail_backlog=True) == [(1, None, False)]  # the tail's app is over its share
+    # 3 s for the tail, 40 s on the whole GPU and a window: a deadline at 44 s affords the wait,
+    # one at 43.5 s does not, unless the top's app is over its share.
+    assert squad(3.0, backlog=False, tail_deadline=40.0, deadline=44.0) == [(1, None, True)]
+    assert squad(3.0, backlog=False, tail_deadline=40.0, deadline=43.5) == [(1, None, False)]
+    assert squad(3.0, backlog=True, tail_deadline=40.0, deadline=43.5) == [(1, None, True)]
     # Blocks that hold the tail's 3 kernels back 1 s each still leave it on time; 20 s each would
     # not: the top waits for the tail (nothing launched; the tail's end wakes pacing), unless its
     # app is over its share.
