@@ -486,9 +486,11 @@ def test_a_large_quota_keeps_iso_beside_a_small_overloaded_app_running_ahead(vic
     no arrival pass, and each of the loop's requests waited behind the windows it kept queued
     (ResNet50 1.084x, BERT 1.074x ISO; 28 of 100 such shipped pairs over 1 %).  Now it lets them
     pass while it has the slack, and is still served above its quota's throughput."""
-    apps = [(victim, "16/18", {"type": "closed", "interval": interval}), (neighbour, "2/18", "poisson:1")]
     share = 1 / load_app(neighbour, "a100").latency_at_quota(2 / 18)
-    apps[1] = (neighbour, "2/18", {"type": "poisson", "rate": 5 * share})
+    apps = [
+        (victim, "16/18", {"type": "closed", "interval": interval}),
+        (neighbour, "2/18", {"type": "poisson", "rate": 5 * share}),
+    ]
 
     def run(yield_to_arrivals):
         return group(apps, {"name": "bless", "yield_to_arrivals": yield_to_arrivals}).apps

@@ -525,7 +525,6 @@ def _tail_at_risk(
     order = None  # the top's place in the order of service (found on first need)
     ttab = top.table
     count: int | None = None  # kernels in the top's next window (found on first need)
-    latest = math.inf  # the latest end of a tail the top can wait for (with ``order``)
     for p in requests:
         tab = p.table
         if p.request.scheduled < tab.n_kernels or p.busy_until <= now:
@@ -533,12 +532,10 @@ def _tail_at_risk(
         standing = _standing(p, now)
         if order is None:
             order = (_standing(top, now), top.rank)
-            if order[0] < 2:  # an app over its share yields to any tail
-                latest = top.deadline - window - ttab.rest(ttab.full, top.request.scheduled) * top.stretch
         if standing >= 2 or (standing == 0 and (standing, p.rank) > order):
             continue  # its app is over its share, or it is on time with a later deadline
-        if p.busy_until > latest:
-            continue  # waiting for it, the top would miss its own deadline
+        if order[0] < 2 and _misses_alone(top, p.busy_until + window):
+            continue  # waiting for it, the top would miss its own deadline (an app over its share yields)
         if price is None:
             return p
         queued = _queued(p, now)

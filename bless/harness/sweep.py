@@ -48,7 +48,7 @@ from typing import Any
 import yaml
 
 from bless.documents import load_document
-from bless.harness.config import ConfigError
+from bless.harness.config import ConfigError, RunConfig, config_from_dict
 from bless.policies.mig import MigUnsupported
 
 PARTIAL = "runs.partial.jsonl"
@@ -215,8 +215,6 @@ def load_sweep(path: str | Path) -> Sweep:
 
 
 def _validate(cfg: dict[str, Any], values: dict[str, Any]) -> None:
-    from bless.harness.config import config_from_dict
-
     try:
         config_from_dict(cfg)
     except ConfigError as e:
@@ -227,7 +225,6 @@ def check_apps(runs: Iterable[tuple[dict[str, Any], dict[str, Any]]]) -> None:
     """A ConfigError naming the first of ``runs`` (swept values, run config) and field whose app
     has no profile: a sweep started where its relative profile paths do not resolve would
     otherwise fail every run one by one."""
-    from bless.harness.config import RunConfig
     from bless.profiles.catalog import find_profile
 
     checked: set[tuple[str, str]] = set()
@@ -247,7 +244,6 @@ def check_apps(runs: Iterable[tuple[dict[str, Any], dict[str, Any]]]) -> None:
 # ------------------------------------------------------------------ running
 def run_one(job: tuple[int, dict[str, Any], dict[str, Any]]) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
     """Run one configuration; returns its index, its row and its per-app rows."""
-    from bless.harness.config import config_from_dict
     from bless.harness.report import _clean
     from bless.harness.run import run_config
 
