@@ -61,11 +61,11 @@ shortens latency most:
   within its share keeps the top whether the overloaded app happens to be on time
   or behind (it was one or the other as host costs moved by microseconds, and
   the neighbour's latency with it, 0.95 or 1.02x ISO);
-* a top that can spare an app that could arrive now with an earlier deadline
-  its time runs in its low-priority stream, so that such an arrival is not
-  queued behind the windows of kernels it keeps queued: one that needs the
-  whole GPU longer than the arrival's latency target has the slack at its
-  quota for :data:`ARRIVAL_SLACK` such requests, a shorter one meets its
+* a top runs in its low-priority stream, so that an app that could arrive now
+  with an earlier deadline is not queued behind the windows of kernels it
+  keeps queued, where it can spare that arrival its time: a top that needs the
+  whole GPU for longer than the arrival's latency target has the slack at its
+  quota for :data:`ARRIVAL_SLACK` such requests, a shorter one still meets its
   deadline at its quota while one arrival runs and on the whole GPU after;
 * a request that can wait waits, leaving the GPU to the earlier deadline:
   one request finishes early, the other still on time, and two identical

@@ -193,8 +193,8 @@ class BlessPolicy(Policy):
         ISO but takes an app beside a neighbour's closed loop with no think time over it;
         ``experiments/README.md``, item 20)."""
         self.yield_to_arrivals = yield_to_arrivals
-        """A top that can spare another app, idle now, that could arrive with an earlier deadline
-        its time runs in its low-priority stream (False: the ablation;
+        """A top runs in its low-priority stream while another app, idle now, could arrive with an
+        earlier deadline and the top can spare that arrival its time (False: the ablation;
         :data:`~bless.core.deadline_pacing.ARRIVAL_SLACK`)."""
         self._last_limit: dict[int, int | None] = {}
         """Per request id: SM limit of its latest launched kernel."""
