@@ -201,11 +201,10 @@ deadline) a top that needs the whole GPU for longer than that target must have t
 at its quota, to let arrivals pass (:func:`_lets_arrivals_pass`).  Our assumption, measured
 before shorter tops were priced apart (``experiments/README.md``, item 31): at 1 / 2 / 3, of
 175 random groups of shipped and held-out apps (``random_groups.py``'s generator, seeds
-60-234, BLESS only) 12 / 13 / 14 had a closed loop
-over ISO by more than 1 % (17 without), and on the simulated H100 pairs at uneven quotas
-NASNet at 1/3 beside VGG11's loop with exponential think times (A) was 1.030 / 0.968 / 0.964x
-ISO (0.964x without): at 1 it yielded with the slack for one VGG11 request, and the next one
-came before it had its SMs back."""
+60-234, BLESS only) 12 / 13 / 14 had a closed loop over ISO by more than 1 % (17 without),
+and on the simulated H100 pairs at uneven quotas NASNet at 1/3 beside VGG11's loop with
+exponential think times (A) was 1.030 / 0.968 / 0.964x ISO (0.964x without): at 1 it yielded
+with the slack for one VGG11 request, and the next one came before it had its SMs back."""
 
 TWIN_GAIN = 0.1
 """Twins (two requests of apps with the same tables and quota, such as two replicas of one model)
