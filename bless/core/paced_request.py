@@ -133,6 +133,9 @@ class PacedRequest:
     """When its kernels launched so far are expected to end."""
     windows: deque[list] = field(default_factory=deque)
     """Its launched windows not yet seen finished: ``[last kernel's launch, expected end]``."""
+    given: float = 0.0
+    """Seconds of its app's lead added to its deadline (:func:`~bless.core.deadline_pacing.lead_after`):
+    its ISO deadline (or SLO's) is ``deadline - given``."""
     best_effort: bool = field(init=False)
     """Its app is best-effort (no deadline: it runs only in what the others leave)."""
     quota_row: int = field(init=False)
