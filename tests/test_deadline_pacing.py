@@ -578,8 +578,8 @@ def test_an_app_keeps_its_lead_beside_an_app_over_its_share():
     """``give_lead`` (opt-in).  BERT's closed loop at 1/18 runs far ahead of its deadlines in its
     neighbours' gaps; beside ResNet50 at 12/18 and its quota's throughput (over its share
     whenever its arrivals bunch), whose ISO queue's deadlines would take any lead BERT gave, it
-    keeps its lead: 1.005x ISO (1.073x when it gave it; ``random_groups.py``'s group 23, of
-    which this is the shape)."""
+    keeps its lead: 1.005x ISO (1.073x when it gave it, 1.034x with no lead at all, the
+    default; ``random_groups.py``'s group 23, of which this is the shape)."""
     share = 1 / load_app("resnet50", "a100").latency_at_quota(12 / 18)
     apps = [
         ("resnet50", "12/18", {"type": "poisson", "rate": share}),

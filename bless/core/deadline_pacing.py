@@ -946,10 +946,10 @@ def lead_after(lead: float, early: float, target: float, reserve: float = LEAD_R
     It reads an app's promise as one on its mean latency, not on each request's.  Requests
     that finish before their deadlines leave their app a lead, which its next request takes as
     a later deadline (:meth:`bless.policies.bless.BlessPolicy._lead_given`): the GPU goes to
-    neighbours that need it meanwhile, in the order of their deadlines.  A request takes the lead when it
-    arrives (two in flight do not spend it twice) and what it did not use comes back here
-    with its earliness; each keeps ``reserve`` of its target out of it, and the lead never
-    exceeds ``cap`` targets.  MobileNet's closed loop at 7/18 of the GPU beside ResNet-152's
+    neighbours that need it meanwhile, in the order of their deadlines.  A request takes the
+    lead when it arrives (two in flight do not spend it twice) and what it did not use comes
+    back here with its earliness; each keeps ``reserve`` of its target out of it, and the lead
+    never exceeds ``cap`` targets.  MobileNet's closed loop at 7/18 of the GPU beside ResNet-152's
     at 11/18 (models we do not ship, load A), both in most of each other's requests: ResNet-152
     ran at 1.066x ISO, MobileNet 0.906x; with the lead, 1.033x and 0.966x.  The cost is each
     request's own promise: a request that takes a lead may finish that much after its ISO
