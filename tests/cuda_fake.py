@@ -421,7 +421,9 @@ class FakeDriver:
 
     def cuMemAddressReserve(self, size, alignment, addr, flags):
         self._call("cuMemAddressReserve", (size, alignment, addr, flags))
-        base = VA_BASE + sum(self.reserved.values()) + len(self.reserved) * GRANULARITY
+        # Past every range still reserved: a new range never meets one held (counting sizes from
+        # the base put a range reserved after a free on top of one still held).
+        base = max((b + n + GRANULARITY for b, n in self.reserved.items()), default=VA_BASE)
         self.reserved[base] = size
         return OK, real.CUdeviceptr(base)
 

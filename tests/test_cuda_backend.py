@@ -82,6 +82,22 @@ def test_green_contexts_round_to_groups_and_split_disjointly(fake, apps):
     b.close()
 
 
+def test_four_apps_green_contexts_at_their_quotas_share_no_sm(fake, apps):
+    """Each app's green contexts grow from a home of its quota's SMs apart from the other apps'
+    (bless.hw.sm_sets), so four apps whose quotas fill the GPU hold four disjoint sets; taken
+    from the split's two ends, the third and fourth apps' sets were the first two's."""
+    b = backend(fake)
+    quota_sms = (32, 36, 32, 32)  # 15 groups of 8 and the remainder of 12, all of them
+    handles = [b.deploy(apps[i % 2], home_sms=sms) for i, sms in enumerate(quota_sms)]
+    sets = [fake.contexts[int(b.create_context(h, sms).context.handle)].sm_ids for h, sms in zip(handles, quota_sms)]
+    assert [len(s) for s in sets] == list(quota_sms)
+    assert len(frozenset().union(*sets)) == 132
+    b.undeploy(handles[2])
+    later = b.deploy(apps[0], home_sms=32)  # the freed home is the newcomer's
+    assert fake.contexts[int(b.create_context(later, 32).context.handle)].sm_ids == sets[2]
+    b.close()
+
+
 def test_green_contexts_without_the_remainder_hold_the_grouped_sms(apps):
     """Where the remainder cannot merge, a split is disjoint only while it fits the 120 grouped SMs."""
     fake = FakeDriver(FakeDevice(merges_remainder=False))

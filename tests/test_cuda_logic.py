@@ -16,7 +16,8 @@ from bless.cuda.driver import CudaError, Driver, error_name, explain
 from bless.cuda.kernels import initial_contents, pack_args
 from bless.cuda.memory import BUFFER_ALIGN, layout
 from bless.cuda.timeline import estimate_start
-from bless.hw.gpus import H100, select_groups
+from bless.hw.gpus import H100
+from bless.hw.sm_sets import GreenHomes, select_groups
 from bless.profiles.synthetic import synthetic_profile
 
 
@@ -50,6 +51,68 @@ def test_select_groups_matches_gpu_rounding_on_h100():
 def test_select_groups_uneven_sizes():
     assert select_groups([8, 16, 8], 20, from_high=False) == (0, 1)  # 24 is nearer than 8
     assert select_groups([8, 16, 8], 8, from_high=True) == (2,)
+
+
+def test_select_groups_from_an_anchor_stay_contiguous_past_the_edge():
+    sizes = [8] * 16
+    assert select_groups(sizes, 24, anchor=5) == (5, 6, 7)
+    assert select_groups(sizes, 24, from_high=True, anchor=5) == (3, 4, 5)
+    assert select_groups(sizes, 32, anchor=14) == (12, 13, 14, 15)  # the edge first, then below the anchor
+    assert select_groups(sizes, 32, from_high=True, anchor=1) == (0, 1, 2, 3)
+    with pytest.raises(ValueError, match="anchor"):
+        select_groups(sizes, 8, anchor=16)
+
+
+H100_SIZES = tuple(H100.green_group_sizes())  # 15 groups of 8 SMs and the 12-SM remainder
+
+
+@pytest.mark.parametrize(
+    "quota_sms",
+    [(64, 68), (32, 36, 32, 32), (16, 28, 40, 48), (24, 20, 24, 24, 24, 16), (8, 20, 16, 16, 24, 16, 16, 16)],
+    ids=["pair", "quarters", "uneven", "six", "eight"],
+)
+def test_apps_whose_quotas_fit_hold_disjoint_green_sets_at_their_quotas(quota_sms):
+    """However many apps, each app's context at its quota lies on SMs no other app's does where the
+    quotas fit the split's groups (here they fill an H100 exactly): a static split on green
+    contexts is one, where taking every app's sets from the split's two ends put every second
+    app on the first one's SMs."""
+    homes = GreenHomes(H100_SIZES)
+    sets = []
+    for slot, sms in enumerate(quota_sms):
+        homes.place(slot, sms, from_high=slot % 2 == 1)
+        sets.append(homes.groups(slot, sms))
+    assert [sum(H100_SIZES[i] for i in s) for s in sets] == list(quota_sms)
+    assert sorted(i for s in sets for i in s) == list(range(len(H100_SIZES)))  # each group once
+    for s in sets:
+        assert list(s) == list(range(s[0], s[-1] + 1))  # contiguous
+
+
+def test_two_apps_hold_the_two_ends_of_the_split_at_every_count():
+    """Pairs keep the split's two ends (what the GPU measurements of pairs ran on): the first app's
+    sets from the low groups, the second's from the high ones, at every SM count."""
+    for quotas in ((66, 66), (44, 88), (120, 12)):
+        homes = GreenHomes(H100_SIZES)
+        homes.place("a", quotas[0], from_high=False)
+        homes.place("b", quotas[1], from_high=True)
+        for sms in range(8, 133, 4):
+            assert homes.groups("a", sms) == select_groups(H100_SIZES, sms, from_high=False)
+            assert homes.groups("b", sms) == select_groups(H100_SIZES, sms, from_high=True)
+
+
+def test_a_released_home_is_free_again_and_an_app_that_cannot_fit_shares_the_fewest_sms():
+    homes = GreenHomes((8,) * 8)
+    homes.place("a", 32, from_high=False)
+    homes.place("b", 16, from_high=False)
+    assert homes.groups("b", 16) == (4, 5)
+    homes.release("a")
+    homes.place("c", 24, from_high=False)
+    assert homes.groups("c", 24) == (0, 1, 2)  # a's groups, free again
+    homes.place("d", 40, from_high=True)  # 3 groups free (6, 7 and 3): it shares the fewest
+    assert set(homes.groups("d", 40)) & {4, 5} and len(homes.groups("d", 40)) == 5
+    with pytest.raises(ValueError, match="no home"):
+        homes.groups("e", 8)
+    with pytest.raises(ValueError, match="already"):
+        homes.place("b", 8, from_high=False)
 
 
 # ------------------------------------------------------------------ mechanism choice

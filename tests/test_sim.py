@@ -320,6 +320,33 @@ def test_green_sets_follow_the_gpus_split_groups():
     assert be.granted_sms(be.create_context(a, H100.sms_for_level(17, "green"))) == 120
 
 
+def test_a_static_split_of_four_apps_on_green_contexts_is_the_split_under_mps_caps():
+    """Green contexts are fixed SM sets: four apps at 10/20/30/40 % each hold their quota's SMs
+    apart from the others' (``bless.hw.sm_sets``), so GSLICE runs as it does under MPS caps that
+    add up to the GPU.  With every app's sets taken from one of the GPU's two ends, the third and
+    fourth sat on the first two's SMs: 1.17-1.77x ISO against 1.09-1.24x in 2 s runs
+    (``experiments/README.md``, item 34)."""
+    from bless.harness.config import config_from_dict
+    from bless.harness.run import run_config
+
+    apps = [
+        {"app": a, "quota": q, "load": "A"}
+        for a, q in zip(("resnet50", "vgg11", "bert", "resnet101"), (0.1, 0.2, 0.3, 0.4))
+    ]
+    means = {
+        mechanism: [
+            a.mean
+            for a in run_config(
+                config_from_dict(
+                    {"duration": 1.0, "warmup": 0.2, "policy": "gslice", "mechanism": mechanism, "apps": apps}
+                )
+            ).apps
+        ]
+        for mechanism in ("mps", "green")
+    }
+    assert means["green"] == pytest.approx(means["mps"], rel=0.01)
+
+
 @pytest.mark.parametrize("traced", [False, True], ids=["untraced", "traced"])
 def test_a_replay_frees_the_kernels_it_has_run(traced):
     """Memory stays bounded over a long replay: each finished request keeps its first and last

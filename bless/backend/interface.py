@@ -149,8 +149,11 @@ class Backend(ABC):
     backend's contexts do."""
 
     @abstractmethod
-    def deploy(self, profile: Profile) -> AppHandle:
-        """Load an app's kernels and allocate its memory."""
+    def deploy(self, profile: Profile, *, home_sms: float | None = None) -> AppHandle:
+        """Load an app's kernels and allocate its memory.  ``home_sms``: the SMs its quota
+        promises, where the kernel manager knows it; a backend whose restricted contexts are
+        fixed SM sets (green contexts) lays each app's sets out from a home of that many SMs
+        apart from the other apps' (:mod:`bless.hw.sm_sets`)."""
 
     @abstractmethod
     def undeploy(self, app: AppHandle) -> None:

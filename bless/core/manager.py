@@ -41,7 +41,7 @@ class KernelManager:
         names the partition its restricted contexts share with other apps; ``best_effort``
         (one transform per kernel) makes its unrestricted context best-effort (Tally);
         ``low_priority`` gives its unrestricted context a low-priority stream too."""
-        app.handle = self.backend.deploy(app.profile)
+        app.handle = self.backend.deploy(app.profile, home_sms=app.quota * app.profile.level_sms[-1])
         granted = {}
         for limit in dict.fromkeys([None, *sm_limits]):
             if limit is None and best_effort is not None:

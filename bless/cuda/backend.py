@@ -126,7 +126,7 @@ class CudaBackend(Backend):
         self._wait_event = cu.cuStreamWaitEvent
 
     # ------------------------------------------------------------ apps
-    def deploy(self, profile: Profile) -> AppHandle:
+    def deploy(self, profile: Profile, *, home_sms: float | None = None) -> AppHandle:
         plan = load_plan(find_plan(profile, self.gpu.name))
         check_matches(plan, profile, self.gpu.name)
         offsets, total = layout([b.nbytes for b in plan.buffers])
@@ -140,6 +140,7 @@ class CudaBackend(Backend):
             raise
         slot = min(set(range(len(self._apps) + 1)) - {a.private.slot for a in self._apps.values()})
         handle = AppHandle(profile.app, profile, DeployedApp(slot, plan, arena, entries))
+        self.pool.place(id(handle), home_sms, slot)
         self._apps[id(handle)] = handle
         self._arena_bytes += arena.size
         return handle
@@ -157,6 +158,7 @@ class CudaBackend(Backend):
         state.arena.free()
         self._arena_bytes -= state.arena.size
         self._apps.pop(id(app), None)
+        self.pool.release(id(app))
 
     @property
     def memory_used(self) -> int:
@@ -179,7 +181,7 @@ class CudaBackend(Backend):
         state: DeployedApp = app.private
         known = {id(c) for c in self.pool.contexts}
         before = self.device.memory_info()[0]
-        ctx = self.pool.context(sm_limit, state.slot, shared)
+        ctx = self.pool.context(sm_limit, state.slot, shared, owner=id(app))
         if ctx.restricted and id(ctx) not in known:
             self.context_memory[ctx.label] = max(0, before - self.device.memory_info()[0])
         self._clock(ctx)

@@ -4,23 +4,25 @@ A pool hands out one :class:`ExecContext` per distinct SM set and caches it:
 contexts are shared by the apps of the process where sharing changes nothing
 (an app's memory lives in a VMM arena every context can reach, see
 :mod:`bless.cuda.memory`): green contexts of the same SM groups are the same
-SMs, so N apps at 18 levels cost at most 36 green contexts.  An MPS affinity
+SMs, so the two apps of a split at 18 levels cost at most 34 green contexts
+(each further app's sets start from a home of its own: at most 17 more).  An MPS affinity
 context's limit binds all its kernels together, so each app (or shared
 partition, ``Backend.create_context``) has its own per SM count.  ``sm_limit``
 None (or the whole GPU) is the primary context.
 
 * **Green contexts** (driver 12.4+, no daemon).  The device's SMs are split
   once with ``cuDevSmResourceSplitByCount`` into groups of the architecture's
-  minimum (8 SMs on Hopper, 2 on Ampere); a level is the union of the
-  groups nearest its SM count, taken from the low end of the group list for
-  even app slots and from the high end for odd ones, so the two apps of a
-  split get disjoint SMs whenever their counts fit the GPU.  The split's
+  minimum (8 SMs on Hopper, 2 on Ampere); each app has a home, the groups
+  nearest its quota's SMs apart from the other apps' homes, and a level is the
+  run of groups nearest its SM count from the home's edge, growing toward the
+  high end for even app slots and toward the low end for odd ones
+  (:mod:`bless.hw.sm_sets`, which the simulator uses too): the two apps of a
+  split hold the two ends, and apps whose quotas fit the GPU get disjoint
+  SMs at their quotas however many there are.  The split's
   remainder (SMs left over by its symmetrical groups) is the last group where
   the driver merges it with others; where it does not, restricted contexts
   hold at most the grouped SMs (``GpuSpec.green_groupable_sms``) and two apps
-  whose counts add up to more share a group.  With three or
-  more apps restricted at once, green contexts (like MPS) bound each app's
-  SM count but two apps may share SMs.
+  whose counts add up to more share a group.
 * **MPS** (needs the MPS control daemon, see :mod:`bless.cuda.mps`).  One
   ``cuCtxCreate`` context per SM count with a ``CU_EXEC_AFFINITY_TYPE_SM_COUNT``
   affinity; the driver rounds the count up, so the granted count is read
@@ -32,6 +34,7 @@ Either way :attr:`ExecContext.sm_count` is what the hardware granted.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +46,7 @@ from bless.cuda.driver import (
     CudaError,
     format_version,
 )
-from bless.hw.gpus import select_groups
+from bless.hw.sm_sets import GreenHomes, select_groups
 
 MECHANISMS = ("auto", "green", "mps")
 
@@ -97,12 +100,21 @@ class ContextPool(ABC):
         self._priorities: tuple[int, int] | None = None
         """The device's (lowest, highest) stream priority, once read."""
 
-    def context(self, sm_limit: int | None, slot: int = 0, shared: str | None = None) -> ExecContext:
-        """The context for ``sm_limit`` SMs (None: all) for the app in deployment slot ``slot``,
-        or for the apps of the shared partition ``shared`` (see ``Backend.create_context``)."""
+    def place(self, owner: Hashable, home_sms: float | None, slot: int) -> None:
+        """An app (``owner``) deployed in ``slot`` whose quota promises ``home_sms`` SMs:
+        where contexts are fixed SM sets, it gets its home among them."""
+
+    def release(self, owner: Hashable) -> None:
+        """``owner`` was undeployed: its home, if any, is free (its contexts stay pooled)."""
+
+    def context(
+        self, sm_limit: int | None, slot: int = 0, shared: str | None = None, owner: Hashable | None = None
+    ) -> ExecContext:
+        """The context for ``sm_limit`` SMs (None: all) for the app ``owner`` in deployment slot
+        ``slot``, or for the apps of the shared partition ``shared`` (see ``Backend.create_context``)."""
         if sm_limit is None or sm_limit >= self.device.info.sm_count:
             return self.primary
-        key = self._key(int(sm_limit), slot, shared)
+        key = self._key(int(sm_limit), slot, shared, owner)
         ctx = self._contexts.get(key)
         if ctx is None:
             ctx = self._contexts[key] = self._create(key)
@@ -137,7 +149,7 @@ class ContextPool(ABC):
         self._contexts.clear()
 
     @abstractmethod
-    def _key(self, sm_limit: int, slot: int, shared: str | None) -> Any:
+    def _key(self, sm_limit: int, slot: int, shared: str | None, owner: Hashable | None) -> Any:
         """What identifies the context for this request (equal keys share one context)."""
 
     @abstractmethod
@@ -169,6 +181,8 @@ class GreenContextPool(ContextPool):
         if self.remainder_merged:
             self.groups.append(remainder)
         self.sizes = [int(g.sm.smCount) for g in self.groups]
+        self.homes = GreenHomes(tuple(self.sizes))
+        """Where each deployed app's contexts sit among the groups."""
         self._sm_type = sm_type
         self._whole = whole
 
@@ -185,9 +199,17 @@ class GreenContextPool(ContextPool):
             return False
         return True
 
-    def _key(self, sm_limit: int, slot: int, shared: str | None) -> tuple[int, ...]:
+    def place(self, owner: Hashable, home_sms: float | None, slot: int) -> None:
+        self.homes.place(owner, home_sms, from_high=slot % 2 == 1)
+
+    def release(self, owner: Hashable) -> None:
+        self.homes.release(owner)
+
+    def _key(self, sm_limit: int, slot: int, shared: str | None, owner: Hashable | None) -> tuple[int, ...]:
         # Equal SM groups are the same SMs, so apps on them may as well share the context;
-        # a shared partition takes the high groups.
+        # a shared partition takes the high groups, an app the pool has not placed its slot's end.
+        if shared is None and owner is not None:
+            return self.homes.groups(owner, sm_limit)
         return select_groups(self.sizes, sm_limit, from_high=shared is not None or slot % 2 == 1)
 
     def _create(self, key: tuple[int, ...]) -> ExecContext:
@@ -252,7 +274,7 @@ class MpsContextPool(ContextPool):
 
     mechanism = "mps"
 
-    def _key(self, sm_limit: int, slot: int, shared: str | None) -> tuple[int, int | str]:
+    def _key(self, sm_limit: int, slot: int, shared: str | None, owner: Hashable | None) -> tuple[int, int | str]:
         # An affinity context's SMs are its own: two apps in one context would share its
         # limit, so each app (or shared partition) has its own context per SM count.
         return sm_limit, slot if shared is None else shared

@@ -151,33 +151,6 @@ class GpuSpec:
         return int(max(granule, granted))
 
 
-def select_groups(sizes: list[int], sm_limit: int, from_high: bool) -> tuple[int, ...]:
-    """Indices of the green-context SM groups whose union is nearest ``sm_limit`` SMs (ties round up).
-
-    Groups are taken contiguously from the start of ``sizes``, or from its end
-    when ``from_high``; at least one group, at most all of them.  The CUDA
-    backend picks its contexts' groups so and the simulator its green SM sets,
-    from the driver's split there and :meth:`GpuSpec.green_group_sizes` here.
-    """
-    if not sizes:
-        raise ValueError("no SM groups to choose from")
-    if sm_limit < 1:
-        raise ValueError(f"sm_limit must be >= 1, got {sm_limit}")
-    order = list(range(len(sizes)))
-    if from_high:
-        order.reverse()
-    best_n, best_gap, total = 1, None, 0
-    for n, i in enumerate(order, start=1):
-        total += sizes[i]
-        gap = abs(total - sm_limit)
-        # '<=' with n increasing makes a tie go to the larger union (round half up).
-        if best_gap is None or gap <= best_gap:
-            best_n, best_gap = n, gap
-        if total >= sm_limit:
-            break
-    return tuple(sorted(order[:best_n]))
-
-
 A100 = GpuSpec(
     name="a100",
     full_name="NVIDIA A100-SXM4-40GB",

@@ -20,8 +20,9 @@ from typing import Any
 
 from bless.backend.interface import LAUNCH_QUEUE, AppHandle, Backend, BackendError, HostCosts, KernelTransform
 from bless.backend.trace_events import Placement
-from bless.hw.gpus import GpuSpec, get_gpu, select_groups
+from bless.hw.gpus import GpuSpec, get_gpu
 from bless.hw.interference import InterferenceModel
+from bless.hw.sm_sets import GreenHomes, select_groups
 from bless.profiles.format import Profile
 from bless.sim.engine import Context, Engine, KernelRun, Stream
 from bless.sim.kernels import SimApp
@@ -78,7 +79,9 @@ class SimBackend(Backend):
         self._shared: dict[tuple[str, int], tuple[Context, set[int], int]] = {}
         """Shared partitions by (name, SMs): the context, the deployments in it, its memory."""
         self._slots: dict[int, int] = {}
-        """Deployment slot per deployment: even slots take green SM sets from the low SMs, odd from the high."""
+        """Deployment slot per deployment: even slots grow their green SM sets toward the high SMs, odd toward the low."""
+        self._homes = GreenHomes(tuple(self.gpu.green_group_sizes()))
+        """Where each deployment's green SM sets sit (:mod:`bless.hw.sm_sets`)."""
         self._t0 = time.monotonic()
         self._wake = threading.Event()
         self._faults: dict[tuple[int, int], tuple[int, str]] = {}
@@ -87,18 +90,21 @@ class SimBackend(Backend):
         """Per best-effort context (by id): how each kernel of its app is launched."""
 
     # ------------------------------------------------------------ apps
-    def deploy(self, profile: Profile) -> AppHandle:
+    def deploy(self, profile: Profile, *, home_sms: float | None = None) -> AppHandle:
         app = SimApp.from_profile(profile, self.gpu)
         self._allocate(profile.memory_bytes, f"app {profile.app!r}")
         handle = AppHandle(profile.app, profile, app)
         self._held[id(handle)] = profile.memory_bytes
-        self._slots[id(handle)] = min(set(range(len(self._slots) + 1)) - set(self._slots.values()))
+        slot = self._slots[id(handle)] = min(set(range(len(self._slots) + 1)) - set(self._slots.values()))
+        if self.mechanism == "green":
+            self._homes.place(id(handle), home_sms, from_high=slot % 2 == 1)
         return handle
 
     def undeploy(self, app: AppHandle) -> None:
         """Free the app's memory and the memory of every context made for it."""
         self._memory_used -= self._held.pop(id(app), 0)
         self._slots.pop(id(app), None)
+        self._homes.release(id(app))
         self._cursor.pop(id(app), None)
         for key, (_, members, cost) in list(self._shared.items()):
             members.discard(id(app))
@@ -134,9 +140,13 @@ class SimBackend(Backend):
         if granted is None or self.mechanism != "green":
             ctx = self.engine.create_context(granted, label)
         else:
-            # A shared partition takes the high SMs, as an odd deployment slot does.
-            slot = 1 if key is not None else self._slots.get(id(app), 0)
-            ctx = self.engine.create_context(None, label, sm_set=self._green_set(slot, granted))
+            # A shared partition takes the high SMs.
+            groups = (
+                select_groups(self._homes.sizes, granted, from_high=True)
+                if key is not None
+                else self._homes.groups(id(app), granted)
+            )
+            ctx = self.engine.create_context(None, label, sm_set=self._green_set(groups))
         if key is not None:
             self._shared[key] = (ctx, {id(app)}, cost)
         else:
@@ -158,17 +168,15 @@ class SimBackend(Backend):
         self._transforms[id(ctx)] = tuple(transforms)
         return ctx
 
-    def _green_set(self, slot: int, sms: int) -> int:
-        """The SMs of a green context: the union of split groups nearest ``sms``, taken from the
-        low end for even deployment slots and from the high end for odd ones.
-
-        The CUDA backend takes its SM groups the same way (:mod:`bless.cuda.contexts`), so
-        the two apps of a split get disjoint SMs whenever their counts fit the GPU, and a
-        GH100's odd slot gets the 12-SM remainder with its groups (64 SMs asked, 68 held)."""
-        sizes = self.gpu.green_group_sizes()
+    def _green_set(self, groups: tuple[int, ...]) -> int:
+        """The SMs of a green context on ``groups`` of the split (:meth:`GpuSpec.green_group_sizes`):
+        the CUDA backend takes its groups with the same code (:mod:`bless.hw.sm_sets`), so a
+        GH100's app that grows its sets from the high end gets the 12-SM remainder with its
+        groups (64 SMs asked, 68 held)."""
+        sizes = self._homes.sizes
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         mask = 0
-        for i in select_groups(sizes, sms, from_high=slot % 2 == 1):
+        for i in groups:
             mask |= ((1 << sizes[i]) - 1) << starts[i]
         return mask
 
