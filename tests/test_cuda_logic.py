@@ -105,9 +105,9 @@ def test_a_released_home_is_free_again_and_an_app_that_cannot_fit_shares_the_few
     homes.place("b", 16, from_high=False)
     assert homes.groups("b", 16) == (4, 5)
     homes.release("a")
-    homes.place("c", 24, from_high=False)
+    assert homes.place("c", 24, from_high=False) == 0
     assert homes.groups("c", 24) == (0, 1, 2)  # a's groups, free again
-    homes.place("d", 40, from_high=True)  # 3 groups free (6, 7 and 3): it shares the fewest
+    assert homes.place("d", 40, from_high=True) == 16  # 3 groups free (6, 7 and 3): it shares the fewest
     assert set(homes.groups("d", 40)) & {4, 5} and len(homes.groups("d", 40)) == 5
     with pytest.raises(ValueError, match="no home"):
         homes.groups("e", 8)

@@ -320,6 +320,21 @@ def test_green_sets_follow_the_gpus_split_groups():
     assert be.granted_sms(be.create_context(a, H100.sms_for_level(17, "green"))) == 120
 
 
+def test_green_homes_that_must_share_sms_are_reported(caplog):
+    """Four quarters of an A100 round to 28-SM green sets (groups of 2 SMs), 112 SMs in all: the
+    last app's home shares SMs with another's, and the operator is told which and why."""
+    from bless.profiles.synthetic import synthetic_profile
+
+    be = SimBackend("a100", host=NO_HOST, mechanism="green")
+    with caplog.at_level("WARNING", logger="bless.sim.backend"):
+        for i in range(3):
+            be.deploy(synthetic_profile(f"app{i}", n_kernels=2, seed=i), home_sms=27.0)
+        assert not caplog.records
+        be.deploy(synthetic_profile("app3", n_kernels=2, seed=3), home_sms=27.0)
+    (record,) = caplog.records
+    assert "'app3' shares 4 SMs" in record.getMessage() and "mechanism mps" in record.getMessage()
+
+
 def test_a_static_split_of_four_apps_on_green_contexts_is_the_split_under_mps_caps():
     """Green contexts are fixed SM sets: four apps at 10/20/30/40 % each hold their quota's SMs
     apart from the others' (``bless.hw.sm_sets``), so GSLICE runs as it does under MPS caps that

@@ -140,7 +140,7 @@ class CudaBackend(Backend):
             raise
         slot = min(set(range(len(self._apps) + 1)) - {a.private.slot for a in self._apps.values()})
         handle = AppHandle(profile.app, profile, DeployedApp(slot, plan, arena, entries))
-        self.pool.place(id(handle), home_sms, slot)
+        self.pool.place(id(handle), profile.app, home_sms, slot)
         self._apps[id(handle)] = handle
         self._arena_bytes += arena.size
         return handle

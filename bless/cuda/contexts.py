@@ -33,6 +33,7 @@ Either way :attr:`ExecContext.sm_count` is what the hardware granted.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -46,7 +47,9 @@ from bless.cuda.driver import (
     CudaError,
     format_version,
 )
-from bless.hw.sm_sets import GreenHomes, select_groups
+from bless.hw.sm_sets import GreenHomes, green_overlap, select_groups
+
+_log = logging.getLogger(__name__)
 
 MECHANISMS = ("auto", "green", "mps")
 
@@ -100,9 +103,10 @@ class ContextPool(ABC):
         self._priorities: tuple[int, int] | None = None
         """The device's (lowest, highest) stream priority, once read."""
 
-    def place(self, owner: Hashable, home_sms: float | None, slot: int) -> None:
-        """An app (``owner``) deployed in ``slot`` whose quota promises ``home_sms`` SMs:
-        where contexts are fixed SM sets, it gets its home among them."""
+    def place(self, owner: Hashable, app: str, home_sms: float | None, slot: int) -> None:
+        """App ``app`` (``owner``) deployed in ``slot`` whose quota promises ``home_sms`` SMs:
+        where contexts are fixed SM sets, it gets its home among them (a warning where the
+        home must share SMs with other apps')."""
 
     def release(self, owner: Hashable) -> None:
         """``owner`` was undeployed: its home, if any, is free (its contexts stay pooled)."""
@@ -199,8 +203,10 @@ class GreenContextPool(ContextPool):
             return False
         return True
 
-    def place(self, owner: Hashable, home_sms: float | None, slot: int) -> None:
-        self.homes.place(owner, home_sms, from_high=slot % 2 == 1)
+    def place(self, owner: Hashable, app: str, home_sms: float | None, slot: int) -> None:
+        shared = self.homes.place(owner, home_sms, from_high=slot % 2 == 1)
+        if shared:
+            _log.warning(green_overlap(app, shared, self.sizes))
 
     def release(self, owner: Hashable) -> None:
         self.homes.release(owner)

@@ -71,10 +71,11 @@ class GreenHomes:
     sizes: tuple[int, ...]
     _homes: dict[Hashable, _Home] = field(default_factory=dict)
 
-    def place(self, owner: Hashable, home_sms: float | None, from_high: bool) -> None:
+    def place(self, owner: Hashable, home_sms: float | None, from_high: bool) -> int:
         """Give ``owner`` a home of the groups nearest ``home_sms`` SMs (None or 0: none, only an
         anchor): the first run of free groups from the low end (from the high end if
-        ``from_high``), or, where none is free, the one that shares the fewest SMs."""
+        ``from_high``), or, where none is free, the one that shares the fewest SMs.  Returns
+        the SMs its home shares with the other apps' (0 where the quotas fit the groups)."""
         if owner in self._homes:
             raise ValueError(f"{owner!r} already has a home; release it first")
         taken = frozenset().union(*(h.groups for h in self._homes.values()))
@@ -88,8 +89,9 @@ class GreenHomes:
                 best, best_shared = _Home(a, from_high, groups if home_sms else frozenset()), shared
             if shared == 0:
                 break
-        assert best is not None  # sizes is not empty: select_groups checked it
+        assert best is not None and best_shared is not None  # sizes is not empty: select_groups checked it
         self._homes[owner] = best
+        return best_shared
 
     def release(self, owner: Hashable) -> None:
         """``owner`` left the device: its groups are free for the next app placed."""
@@ -101,3 +103,12 @@ class GreenHomes:
         if home is None:
             raise ValueError(f"{owner!r} has no home on this device; place it first")
         return select_groups(self.sizes, sm_limit, home.from_high, home.anchor)
+
+
+def green_overlap(app: str, shared: int, sizes: Sequence[int]) -> str:
+    """What to tell an operator whose app's green home shares ``shared`` SMs with other apps'."""
+    return (
+        f"app {app!r} shares {shared} SMs of its quota's green contexts with other apps: the quotas, "
+        f"rounded to the split's groups ({', '.join(str(n) for n in sorted(set(sizes)))} SMs), add up to "
+        f"more than the GPU; lower a quota by a group or use mechanism mps"
+    )

@@ -12,6 +12,7 @@ Two clocks share one model:
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -22,10 +23,12 @@ from bless.backend.interface import LAUNCH_QUEUE, AppHandle, Backend, BackendErr
 from bless.backend.trace_events import Placement
 from bless.hw.gpus import GpuSpec, get_gpu
 from bless.hw.interference import InterferenceModel
-from bless.hw.sm_sets import GreenHomes, select_groups
+from bless.hw.sm_sets import GreenHomes, green_overlap, select_groups
 from bless.profiles.format import Profile
 from bless.sim.engine import Context, Engine, KernelRun, Stream
 from bless.sim.kernels import SimApp
+
+_log = logging.getLogger(__name__)
 
 CLOCKS = ("virtual", "wall")
 SPIN_SECONDS = 300e-6
@@ -97,7 +100,9 @@ class SimBackend(Backend):
         self._held[id(handle)] = profile.memory_bytes
         slot = self._slots[id(handle)] = min(set(range(len(self._slots) + 1)) - set(self._slots.values()))
         if self.mechanism == "green":
-            self._homes.place(id(handle), home_sms, from_high=slot % 2 == 1)
+            shared = self._homes.place(id(handle), home_sms, from_high=slot % 2 == 1)
+            if shared:
+                _log.warning(green_overlap(profile.app, shared, self._homes.sizes))
         return handle
 
     def undeploy(self, app: AppHandle) -> None:
