@@ -213,10 +213,10 @@ class GreenContextPool(ContextPool):
 
     def _key(self, sm_limit: int, slot: int, shared: str | None, owner: Hashable | None) -> tuple[int, ...]:
         # Equal SM groups are the same SMs, so apps on them may as well share the context;
-        # a shared partition takes the high groups, an app the pool has not placed its slot's end.
-        if shared is None and owner is not None:
-            return self.homes.groups(owner, sm_limit)
-        return select_groups(self.sizes, sm_limit, from_high=shared is not None or slot % 2 == 1)
+        # a shared partition takes the high groups, an app its sets from its home.
+        if shared is not None:
+            return select_groups(self.sizes, sm_limit, from_high=True)
+        return self.homes.groups(owner, sm_limit)
 
     def _create(self, key: tuple[int, ...]) -> ExecContext:
         drv, cu = self.driver, self.driver.cu
