@@ -9,6 +9,7 @@ from bless.harness.bound import (
     Frontier,
     bound_for_config,
     closed_loop_bound,
+    fcfs_completions,
     fcfs_floor_bound,
     latency_bounds,
     mean_busy_time_bound,
@@ -133,6 +134,15 @@ def test_a_lone_app_in_a_closed_loop_is_bounded_by_its_solo_latency_tightly():
     assert app.floor <= solo and app.floor == pytest.approx(solo, rel=1e-3)
     measured = run_config(cfg).apps[0].mean
     assert app.bound <= measured <= 1.01 * app.bound
+
+
+def test_fcfs_completions_serve_one_at_a_time_in_arrival_order():
+    # Idle until 0.0, a queue of three from 1.0 (the third waits behind two), idle again at 9.
+    done = fcfs_completions(np.array([0.0, 1.0, 1.5, 1.5, 9.0]), size=1.0)
+    assert done == pytest.approx([1.0, 2.0, 3.0, 4.0, 10.0])
+    assert len(fcfs_completions(np.zeros(0), size=1.0)) == 0
+    with pytest.raises(BoundError, match="^size: "):
+        fcfs_completions(np.array([0.0]), size=-1.0)
 
 
 def test_fcfs_floor_bound_is_the_floor_when_sparse_and_queueing_when_dense():
