@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from bless.cli import make_console
+from bless.hw.gpus import DEFAULT_GPU
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -20,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=["resnet50", "bert", "vgg11", "resnet101"],
         help="profiles to use (cycled); synthetic apps if none is found",
     )
-    p.add_argument("--gpu", default="a100")
+    p.add_argument("--gpu", default=DEFAULT_GPU)
     p.add_argument("--kernels", type=int, default=200_000, help="sim: kernels to simulate per configuration")
     p.add_argument("--squad-size", type=int, default=50, help="overhead: squad size S")
     p.add_argument("--squads", type=int, default=2000, help="overhead: squads to time per configuration")

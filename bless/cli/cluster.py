@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bless.cli import StopSignals, UserError, make_console
 from bless.cli.serve import add_exposure_arguments
+from bless.hw.gpus import DEFAULT_GPU
 
 ADDRESS_FILE = "cluster.json"
 """In the state directory: the Ray address of the cluster `up` started or joined."""
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("sim", "cuda"),
         help="sim: simulated GPUs (default); cuda: one real GPU per agent (Ray num_gpus=1; not yet tested on GPUs)",
     )
-    up.add_argument("--gpu", default="a100", help="GPU model (of the simulated GPUs; with cuda: the nodes' model)")
+    up.add_argument("--gpu", default=DEFAULT_GPU, help="GPU model (of the simulated GPUs; with cuda: the nodes' model)")
     up.add_argument(
         "--policy", default="first-fit", choices=("first-fit", "best-fit-memory", "colocation"), help="placement policy"
     )

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 
 from bless.cli import make_console
+from bless.hw.gpus import DEFAULT_GPU
 
 DEMO = {
     "name": "demo-resnet50-bert",
-    "gpu": "a100",
+    "gpu": DEFAULT_GPU,
     "policy": "bless",
     "duration": 5.0,
     "warmup": 0.5,

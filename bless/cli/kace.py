@@ -7,6 +7,7 @@ import os
 
 from bless.cli import make_console
 from bless.colocation.kace import CORRELATION_GRID, MIN_CORRELATION
+from bless.hw.gpus import DEFAULT_GPU
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a100.set_defaults(func=run_from_a100)
 
     gen = verbs.add_parser("generate", help="co-run every pair of profiled apps on the simulator; write F and P")
-    gen.add_argument("--gpu", default="a100")
+    gen.add_argument("--gpu", default=DEFAULT_GPU)
     gen.add_argument("--out", required=True, help="directory for features.csv, pairs.csv, generate.json")
     gen.add_argument("--seconds", type=float, default=2.0, help="virtual seconds per run (default 2)")
     gen.add_argument("--apps", nargs="+", help="profiled apps (default: every profile for the GPU)")

@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 
 from bless.cli import make_console
+from bless.hw.gpus import DEFAULT_GPU
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="APP",
         help="app name (see `bless apps list`), a profile .json, or a model .py file (built and predicted when no profile exists)",
     )
-    p.add_argument("--gpu", default="a100", help="GPU model (default a100)")
+    p.add_argument("--gpu", default=DEFAULT_GPU, help=f"GPU model (default {DEFAULT_GPU})")
     p.add_argument("--backend", default="sim", help="backend to profile on: sim (default) or cuda")
     p.add_argument(
         "--mechanism",

@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from bless.hw.gpus import DEFAULT_GPU
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -20,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--http-port", type=int, help="OIP v2 REST port (default 8000; 0: any free port; -1: off)")
     p.add_argument("--grpc-port", type=int, help="gRPC port for inference and admin (default 8001; 0: any free port)")
     p.add_argument("--metrics-port", type=int, help="Prometheus port (default 8002; 0: any free port; -1: off)")
-    p.add_argument("--gpu", help="GPU model (default a100; see bless gpus)")
+    p.add_argument("--gpu", help=f"GPU model (default {DEFAULT_GPU}; see bless gpus)")
     p.add_argument(
         "--backend", choices=("sim", "cuda"), help="sim: simulated GPU in wall-clock time (default); cuda: a real GPU"
     )

@@ -26,6 +26,7 @@ from typing import Any
 import grpc
 
 from bless.cluster.placement import GpuState, PlacedApp
+from bless.hw.gpus import DEFAULT_GPU
 from bless.profiles.format import Profile
 from bless.serving.server.admin import AdminService
 from bless.serving.server.config import ServerConfig
@@ -52,7 +53,7 @@ ANSWER_TIMEOUT = 60.0
 class AgentConfig:
     gpu_id: str
     state_dir: Path
-    gpu: str = "a100"
+    gpu: str = DEFAULT_GPU
     backend: str = "sim"
     mechanism: str = "mps"
     squad_size: int = 50

@@ -40,6 +40,7 @@ from typing import Any
 
 from bless.cluster.agent import WILDCARD_HOSTS, AgentConfig, GpuAgent
 from bless.cluster.controller import HEALTH_INTERVAL, STATE_FILE, AgentDown, Controller
+from bless.hw.gpus import DEFAULT_GPU
 from bless.serving.server.admission import AdmissionLimits
 
 NAMESPACE = "bless"
@@ -290,7 +291,7 @@ def start_cluster(
     gpus: int,
     state_dir: Path,
     *,
-    gpu: str = "a100",
+    gpu: str = DEFAULT_GPU,
     backend: str = "sim",
     policy: str = "first-fit",
     kace_model: str | None = None,
@@ -366,7 +367,7 @@ def start_agent(
     gpu_id: str,
     state_dir: Path,
     *,
-    gpu: str = "a100",
+    gpu: str = DEFAULT_GPU,
     backend: str = "sim",
     warm_up: bool = True,
     reach: AgentReach = AgentReach(),

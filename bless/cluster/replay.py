@@ -50,6 +50,7 @@ from bless.documents import is_integer, load_document
 from bless.harness.config import AppSpec, ConfigError, config_from_dict, parse_priority, parse_quota
 from bless.harness.results import AppResult, RunResult
 from bless.harness.run import run_config
+from bless.hw.gpus import DEFAULT_GPU
 from bless.profiles.catalog import load_app
 from bless.serving.server.spec import NAME
 
@@ -83,7 +84,7 @@ class ClusterConfig:
     apps: tuple[ClusterApp, ...]
     gpus: int
     name: str = "cluster"
-    gpu: str = "a100"
+    gpu: str = DEFAULT_GPU
     policy: str = "first-fit"
     serving: Any = "bless"
     run: dict[str, Any] = field(default_factory=dict)
@@ -145,7 +146,7 @@ def cluster_config_from_dict(raw: Any) -> ClusterConfig:
         apps=tuple(apps),
         gpus=gpus,
         name=str(raw.get("name", "cluster")),
-        gpu=str(raw.get("gpu", "a100")),
+        gpu=str(raw.get("gpu", DEFAULT_GPU)),
         policy=policy,
         serving=raw.get("serving", "bless"),
         run={k: raw[k] for k in RUN_KEYS if k in raw},

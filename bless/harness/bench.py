@@ -20,7 +20,7 @@ import numpy as np
 from bless.core.determiner import Determiner
 from bless.core.lifecycle import AppState, Request
 from bless.core.scheduler import build_squad
-from bless.hw.gpus import get_gpu
+from bless.hw.gpus import DEFAULT_GPU, get_gpu
 from bless.profiles.format import Profile
 from bless.sim.backend import SimBackend
 
@@ -37,7 +37,7 @@ class SimBench:
         return self.kernels / self.wall_seconds
 
 
-def bench_sim(profiles: list[Profile], n_apps: int, kernels: int = 200_000, gpu: str = "a100") -> SimBench:
+def bench_sim(profiles: list[Profile], n_apps: int, kernels: int = 200_000, gpu: str = DEFAULT_GPU) -> SimBench:
     """Run ``n_apps`` apps (cycling through ``profiles``) concurrently until ``kernels`` ran."""
     backend = SimBackend(gpu)
     handles = []

@@ -34,6 +34,7 @@ from typing import Any
 
 from bless.core.lifecycle import BEST_EFFORT, LATENCY_CRITICAL, PRIORITIES
 from bless.documents import is_integer, is_number, load_document
+from bless.hw.gpus import DEFAULT_GPU
 
 POLICY_SHORTHANDS = ("squad_size", "split_ratio", "determiner", "pacing")
 TOP_LEVEL = {
@@ -70,7 +71,7 @@ class AppSpec:
 class RunConfig:
     apps: tuple[AppSpec, ...]
     name: str = "run"
-    gpu: str = "a100"
+    gpu: str = DEFAULT_GPU
     backend: str = "sim"
     mechanism: str | None = None
     """SM restriction mechanism; None: the backend's own choice (mps on the simulator)."""
@@ -227,7 +228,7 @@ def config_from_dict(raw: Any) -> RunConfig:
     return RunConfig(
         apps=tuple(apps),
         name=str(raw.get("name", "run")),
-        gpu=str(raw.get("gpu", "a100")),
+        gpu=str(raw.get("gpu", DEFAULT_GPU)),
         backend=str(raw.get("backend", "sim")),
         mechanism=_mechanism(raw.get("mechanism")),
         policy=policy,

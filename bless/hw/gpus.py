@@ -206,6 +206,11 @@ so levels 16 and 17 are both 120 SMs there."""
 
 GPUS: dict[str, GpuSpec] = {g.name: g for g in (A100, H100)}
 
+DEFAULT_GPU = A100.name
+"""The GPU model a run, a server or a command uses when none is named: the BLESS paper's testbed
+(an A100), the model the shipped profiles and the interference fit come from
+(``../shared/data``)."""
+
 
 def get_gpu(name: str) -> GpuSpec:
     """Look a GPU model up by short name, with an error that lists the known ones."""

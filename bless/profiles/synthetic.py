@@ -14,14 +14,14 @@ import math
 
 import numpy as np
 
-from bless.hw.gpus import N_LEVELS, get_gpu
+from bless.hw.gpus import DEFAULT_GPU, N_LEVELS, get_gpu
 from bless.profiles.format import KernelDesc, Profile, Provenance
 
 
 def synthetic_profile(
     app: str = "synthetic",
     *,
-    gpu: str = "a100",
+    gpu: str = DEFAULT_GPU,
     n_kernels: int = 40,
     mean_us: float = 100.0,
     dram_util: float | tuple[float, float] = (0.05, 0.6),

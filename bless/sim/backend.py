@@ -21,7 +21,7 @@ from typing import Any
 
 from bless.backend.interface import LAUNCH_QUEUE, AppHandle, Backend, BackendError, HostCosts, KernelTransform
 from bless.backend.trace_events import Placement
-from bless.hw.gpus import GpuSpec, get_gpu
+from bless.hw.gpus import DEFAULT_GPU, GpuSpec, get_gpu
 from bless.hw.interference import InterferenceModel
 from bless.hw.sm_sets import GreenHomes, green_overlap, select_groups
 from bless.profiles.format import Profile
@@ -42,7 +42,7 @@ class SimBackend(Backend):
 
     def __init__(
         self,
-        gpu: str | GpuSpec = "a100",
+        gpu: str | GpuSpec = DEFAULT_GPU,
         *,
         clock: str = "virtual",
         host: HostCosts | None = None,

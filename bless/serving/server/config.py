@@ -43,7 +43,7 @@ from bless.colocation.advisor import SETTINGS as COLOCATION_SETTINGS
 from bless.colocation.advisor import ColocationGate
 from bless.documents import is_integer, is_number
 from bless.harness.config import ConfigError, read_yaml
-from bless.hw.gpus import get_gpu
+from bless.hw.gpus import DEFAULT_GPU, get_gpu
 from bless.policies.bless import PACING, WINDOW, parse_split_ratio
 from bless.serving.server.admission import AdmissionLimits
 from bless.serving.server.exposure import exposure_problem, private_file_problem
@@ -70,7 +70,7 @@ class ServerConfig:
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
-    gpu: str = "a100"
+    gpu: str = DEFAULT_GPU
     backend: str = "sim"
     mechanism: str = "mps"
     pacing: str = "deadline"
