@@ -14,7 +14,7 @@ Per group and policy it reports the worst closed loop's mean over its ISO target
 requests arriving after the warmup) and, per app under Poisson arrivals, its service: its
 requests done between the warmup and the end, per second, over its quota's throughput
 (``isolation_pairs.py``'s measure), beside its due in the same unit: what the ISO run of the
-same arrivals would have done by the end (``isolation_pairs.due_per_second``).  The ISO run
+same arrivals would have done by the end (:attr:`bless.harness.results.AppResult.due_rate`).  The ISO run
 draws its own arrivals (``bless.harness.run.group_seed``), so its service is no reference for
 another policy's; and the offered load is none either: at 1x part of it is still queued at
 the end in the ISO run too.  The promise: every closed loop at or below its ISO target (1 %
@@ -48,7 +48,7 @@ from bless.profiles.catalog import load_app
 
 sys.path.insert(0, str(Path(__file__).parent))
 import heldout  # sibling scripts: the held-out models' profiles,
-from isolation_pairs import DURATION, due_per_second, over_iso, served_per_second  # the isolation measures
+from isolation_pairs import DURATION, WARMUP, over_iso  # the isolation measures
 from overlap_feasibility import RequestCurve, closed_loop_ratio, rate_points  # and the fluid estimate
 
 SHIPPED = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
@@ -119,13 +119,13 @@ def run(group: list[Member], policy: str, seed: int) -> tuple[float, tuple[tuple
             else {"type": "closed", "interval": m.interval, "think": m.think}
         )
         apps.append({"app": m.model, "quota": f"{m.eighteenths}/18", "load": load})
-    config = {"gpu": "a100", "duration": DURATION, "warmup": 0.0, "seed": seed, "noise": 0.02}
+    config = {"gpu": "a100", "duration": DURATION, "warmup": WARMUP, "seed": seed, "noise": 0.02}
     result = run_config(config_from_dict({**config, "policy": policy, "apps": apps}))
     worst, services = 0.0, []
     for m, app in zip(group, result.apps):
         if m.poisson:
             rate = quota_rate(m)
-            services.append((served_per_second(app) / rate, due_per_second(app) / rate))
+            services.append((app.served_rate / rate, app.due_rate / rate))
         else:
             worst = max(worst, over_iso(app))
     return worst, tuple(services)

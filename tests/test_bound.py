@@ -9,13 +9,13 @@ from bless.harness.bound import (
     Frontier,
     bound_for_config,
     closed_loop_bound,
-    fcfs_completions,
     fcfs_floor_bound,
     latency_bounds,
     mean_busy_time_bound,
     request_frontier,
 )
 from bless.harness.config import ConfigError, config_from_dict
+from bless.harness.fcfs import fcfs_completions
 from bless.harness.run import run_config
 from bless.profiles.catalog import load_app
 
@@ -141,8 +141,10 @@ def test_fcfs_completions_serve_one_at_a_time_in_arrival_order():
     done = fcfs_completions(np.array([0.0, 1.0, 1.5, 1.5, 9.0]), size=1.0)
     assert done == pytest.approx([1.0, 2.0, 3.0, 4.0, 10.0])
     assert len(fcfs_completions(np.zeros(0), size=1.0)) == 0
-    with pytest.raises(BoundError, match="^size: "):
+    with pytest.raises(ValueError, match="^size: "):
         fcfs_completions(np.array([0.0]), size=-1.0)
+    with pytest.raises(ValueError, match="^arrivals: "):
+        fcfs_completions(np.array([1.0, 0.5]), size=1.0)
 
 
 def test_fcfs_floor_bound_is_the_floor_when_sparse_and_queueing_when_dense():

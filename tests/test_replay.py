@@ -14,6 +14,7 @@ from bless.harness.replay import Replay
 from bless.harness.run import run_config
 from bless.policies.bless import DECISION_COST, BlessPolicy
 from bless.policies.unbound import UnboundPolicy
+from bless.profiles.catalog import load_app
 from bless.profiles.format import load_profile
 from bless.profiles.synthetic import synthetic_profile
 
@@ -188,3 +189,27 @@ def test_set_overrides_name_the_key_instead_of_crashing(tmp_path, capsys):
     assert "'policy' is 'bless', not a mapping" in err and "Traceback" not in err
     assert main(["run", str(cfg), "--set", "apps.3.quota=20%"]) == 2
     assert "needs an index below 1" in capsys.readouterr().err
+
+
+def test_an_open_loop_is_due_what_its_iso_run_of_the_same_arrivals_serves():
+    """``served_rate`` against ``due_rate``: alone at its quota an app is served exactly its due
+    (at 2x its share, its quota's throughput); beside a neighbour's loop in a static split the
+    interference costs it throughput, and the measure shows it.  A closed loop has no due."""
+    rate = 2 / load_app("bert", "a100").latency_at_quota(0.5)
+    raw = {
+        "gpu": "a100",
+        "duration": 1.0,
+        "warmup": 0.25,
+        "seed": 0,
+        "noise": 0.0,
+        "apps": [
+            {"app": "resnet50", "quota": 0.5, "load": "B"},
+            {"app": "bert", "quota": 0.5, "load": {"type": "poisson", "rate": rate}},
+        ],
+    }
+    loop, bert = run_config(config_from_dict({**raw, "policy": "iso"})).apps
+    assert np.isnan(loop.due_rate) and loop.served_rate > 0
+    assert bert.served_rate == pytest.approx(bert.due_rate, rel=0.01)
+    assert bert.due_rate == pytest.approx(rate / 2, rel=0.05)  # saturated: its quota's throughput
+    _, shared = run_config(config_from_dict({**raw, "policy": "gslice"})).apps
+    assert shared.served_rate < 0.99 * shared.due_rate

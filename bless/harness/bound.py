@@ -114,6 +114,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bless.harness.fcfs import fcfs_completions
 from bless.harness.loads import ClosedLoop, Load
 from bless.hw.gpus import GpuSpec
 from bless.profiles import features
@@ -277,33 +278,18 @@ def _arrivals(arrivals: np.ndarray, where: str) -> np.ndarray:
     return r
 
 
-def fcfs_completions(arrivals: np.ndarray, size: float) -> np.ndarray:
-    """When each of jobs of ``size`` seconds arriving at ``arrivals`` (sorted) ends, served one
-    at a time in arrival order: ``C_j = max(r_j, C_{j-1}) + size``.
-
-    With ``size`` an app's ISO latency these are its requests' ends in the ISO run of the same
-    arrivals (the deadlines deadline pacing gives them): what its quota alone serves.
-    """
-    r = _arrivals(arrivals, "arrivals")
-    if not size >= 0:
-        raise BoundError(f"size: expected non-negative seconds, got {size}")
-    j = np.arange(len(r))
-    # C_j = max_{i <= j} (r_i + (j - i + 1) * size).
-    return np.maximum.accumulate(r - j * size) + (j + 1) * size
-
-
 def fcfs_floor_bound(arrivals: np.ndarray, floor: float, size: float) -> float:
     """Bound on one app's mean latency: ``mean_j max(floor, C_j - r_j)``, FCFS ``C`` of jobs of ``size``.
 
     ``size`` is a request's work in seconds of the whole GPU (``work / N``).
     nan without arrivals.
     """
-    if not floor >= 0:
-        raise BoundError(f"floor: expected non-negative seconds, got {floor}")
-    done = fcfs_completions(arrivals, size)
-    if len(done) == 0:
+    r = _arrivals(arrivals, "arrivals")
+    if not floor >= 0 or not size >= 0:
+        raise BoundError(f"floor, size: expected non-negative seconds, got {floor}, {size}")
+    if len(r) == 0:
         return math.nan
-    return float(np.mean(np.maximum(floor, done - np.asarray(arrivals, dtype=float))))
+    return float(np.mean(np.maximum(floor, fcfs_completions(r, size) - r)))
 
 
 def mean_busy_time_bound(arrivals: Sequence[np.ndarray], sizes: Sequence[float]) -> float:

@@ -23,6 +23,7 @@ from bless.core.executor import Executor
 from bless.core.heap import frozen_heap
 from bless.core.lifecycle import AppState, Request
 from bless.core.policy import Policy
+from bless.harness.fcfs import fcfs_completions
 from bless.harness.loads import Load
 from bless.harness.results import AppResult, RunResult
 
@@ -146,9 +147,17 @@ class Replay:
 
     def _result(self, wall: float, device: float) -> RunResult:
         results = []
+        start, end = self._t0 + self.warmup, self._t0 + self.duration
         for app, load, done in zip(self.apps, self.loads, self._done):
-            window = [r for r in done if r.arrival >= self._t0 + self.warmup]
+            window = [r for r in done if r.arrival >= start]
             served = [r for r in window if not r.failed]  # a failed request has no latency to count
+            ends = np.array([r.end for r in done if not r.failed], dtype=float)
+            before = float(np.sum(ends <= start))
+            due = math.nan
+            if not load.closed:  # a closed loop's arrivals follow its own completions: no ISO run of them
+                arrivals = np.sort(np.array([r.arrival for r in done], dtype=float))
+                iso_done = float(np.sum(fcfs_completions(arrivals, app.iso_latency) <= end))
+                due = max(iso_done - before, 0.0) / (end - start)
             results.append(
                 AppResult(
                     app=app.name,
@@ -163,6 +172,8 @@ class Replay:
                     window=self.duration - self.warmup,
                     submitted=self._submitted[app.index],
                     failed=len(window) - len(served),
+                    served_rate=(float(np.sum(ends <= end)) - before) / (end - start),
+                    due_rate=due,
                 )
             )
         squads = self.executor.squads

@@ -41,10 +41,14 @@ def print_result(result: RunResult, title: str = "", console=None) -> None:
 
     console = console or Console()
     table = Table(title=(title or f"{result.policy.get('policy')} on {result.gpu}") + " (latency in ms)")
-    for col in ("app", "quota", "load", "done", "mean", "p50", "p99", "ISO", "solo", "<= ISO"):
+    for col in ("app", "quota", "load", "done", "mean", "p50", "p99", "ISO", "solo", "<= ISO", "served / due (/s)"):
         table.add_column(col, justify="left" if col in ("app", "load") else "right", no_wrap=col == "app")
     for a in result.apps:
         ok = a.completed and a.mean <= a.iso_latency
+        # An open loop's service against what its quota alone serves those arrivals (AppResult.due_rate).
+        service = "-" if math.isnan(a.due_rate) else f"{a.served_rate:.1f} / {a.due_rate:.1f}"
+        if a.served_rate < a.due_rate * 0.99:
+            service = f"[red]{service}[/]"
         table.add_row(
             a.app,
             f"{a.quota:.0%}",
@@ -56,6 +60,7 @@ def print_result(result: RunResult, title: str = "", console=None) -> None:
             f"{a.iso_latency * 1e3:.2f}",
             f"{a.solo_latency * 1e3:.2f}",
             "[green]yes[/]" if ok else "[red]no[/]",
+            service,
         )
     console.print(table)
     s = result.summary()

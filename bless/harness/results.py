@@ -31,6 +31,17 @@ class AppResult:
     submitted: int
     failed: int = 0
     """Requests in the window that failed (a kernel fault): counted here, kept out of the latencies."""
+    served_rate: float = math.nan
+    """Requests done between the warmup and the end of the arrivals, whenever they arrived, per
+    second: what the app was served while the load lasted.  (:attr:`throughput` counts the
+    requests that arrived in the window, and a run drains every arrival, so for an open loop it
+    is the offered rate whatever was served.)"""
+    due_rate: float = math.nan
+    """Open loops: what the ISO run of the same arrivals (one request at a time, each taking
+    :attr:`iso_latency`) has done by the end of the arrivals, less what the app had done by the
+    warmup (0 if that is more: it was ahead), per second.  Served at least this, the app has
+    done by the end at least what its quota alone would have: the throughput half of the
+    quota's promise.  nan for a closed loop, whose arrivals follow its own completions."""
 
     @property
     def completed(self) -> int:
@@ -72,6 +83,8 @@ class AppResult:
             "solo_ms": self.solo_latency * 1e3,
             "deviation_ms": self.deviation * 1e3,
             "throughput_rps": self.throughput,
+            "served_rps": self.served_rate,
+            "due_rps": self.due_rate,
             "queue_mean_ms": float(self.queue_times.mean()) * 1e3 if len(self.queue_times) else math.nan,
             "slo_ms": None if self.slo is None else self.slo * 1e3,
             "slo_violation_rate": self.slo_violation_rate,

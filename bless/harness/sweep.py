@@ -262,7 +262,17 @@ def run_one(job: tuple[int, dict[str, Any], dict[str, Any]]) -> tuple[int, dict[
     app_rows = []
     for i, app in enumerate(result.apps):
         s = {k: _clean(v) for k, v in app.summary().items()}
-        for key in ("app", "mean_ms", "p99_ms", "iso_ms", "deviation_ms", "throughput_rps", "slo_violation_rate"):
+        for key in (
+            "app",
+            "mean_ms",
+            "p99_ms",
+            "iso_ms",
+            "deviation_ms",
+            "throughput_rps",
+            "served_rps",
+            "due_rps",
+            "slo_violation_rate",
+        ):
             row[f"app{i}.{key}"] = s[key]
         app_rows.append({"run": index, **{k: label(v) for k, v in values.items()}, "slot": i, **s})
     return index, row, app_rows
