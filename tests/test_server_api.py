@@ -306,6 +306,8 @@ def test_get_stats_and_metrics_report_the_same_numbers(server, admin):
         assert metrics[key(f"{latency}_bucket", **model, le="+Inf")] == app.latency.count
         assert metrics[key("bless_request_duration_seconds_count", **model)] == app.succeeded
         assert metrics[key("bless_app_quota_ratio", **model)] == pytest.approx(app.quota)
+        # One request at a time, each faster than its quota alone: never behind its quota's throughput.
+        assert metrics[key("bless_app_behind_quota_requests", **model)] == app.behind_quota == 0
     assert metrics[key("bless_kernels_total")] == stats.gpu.kernels > 0
 
     admin.reset_stats()  # the GetStats window restarts; Prometheus counters never do

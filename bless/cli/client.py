@@ -338,6 +338,7 @@ def _stats(c, args, console) -> int:
         "ISO ms",
         ">target",
         "req/s",
+        "behind quota",
         title=f"window {r.window_seconds:.1f} s",
     )
     for a in r.apps:
@@ -356,6 +357,7 @@ def _stats(c, args, console) -> int:
             _ms(a.iso_latency_seconds),
             f"{a.target_violation_rate:.0%}",
             f"{a.throughput_rps:.1f}",
+            str(a.behind_quota),
         )
     console.print(t)
     g = r.gpu

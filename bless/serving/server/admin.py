@@ -183,6 +183,7 @@ class AdminService:
                 slo_seconds=served.state.slo or 0.0,
                 target_violation_rate=w.target_violation_rate,
                 throughput_rps=w.counts["succeeded"] / window if window > 0 else math.nan,
+                behind_quota=w.behind_quota,
                 **w.counts,
             )
             _summary(a.latency, w.latency)

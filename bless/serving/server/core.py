@@ -206,7 +206,7 @@ class ServingCore:
             except ServiceError as e:
                 served.stats.refused(e.reason)
                 raise
-            served.stats.admitted()
+            served.stats.admitted(served.state.iso_latency)
             now = self.backend.now()
             deadline = math.inf if timeout is None else now + timeout
             job = Job(Request(next(self._rids), served.state, now), served, answer, deadline)

@@ -54,6 +54,12 @@ APP_GAUGES: tuple[tuple[str, str, Callable[[AppSeries], float]], ...] = (
     ("bless_active_requests", "Requests queued or running", lambda a: a.pending),
     ("bless_running_requests", "Requests with kernels launched", lambda a: a.running),
     ("bless_app_quota_ratio", "SM quota of the app (fraction of the GPU)", lambda a: a.quota),
+    (
+        "bless_app_behind_quota_requests",
+        "Requests the app alone at its quota would have finished by now (each in its ISO latency, one at a "
+        "time, in arrival order) that it has not: 0 while it gets its quota's throughput",
+        lambda a: a.behind_quota,
+    ),
 )
 
 

@@ -24,7 +24,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -149,6 +149,8 @@ class AppWindow:
     queue: Summary
     compute: Summary
     target_violation_rate: float
+    behind_quota: int
+    """Requests behind the app's quota now (:meth:`AppStats.behind_quota`)."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,8 @@ class AppSeries:
     latency: Buckets
     queue: Buckets
     compute: Buckets
+    behind_quota: int
+    """Requests behind the app's quota now (:meth:`AppStats.behind_quota`)."""
 
 
 class AppStats:
@@ -184,12 +188,24 @@ class AppStats:
     ``pending`` (queued or running) is also what the serving core's ``max_queue``
     check reads: the core admits under its own lock, so the check and the count
     stay one step.
+
+    It also keeps the app's ISO queue: when each admitted request would end if the app ran
+    alone at its quota (one request at a time, each taking its ISO latency), for
+    :meth:`behind_quota`.  ``clock``: seconds, monotonic (a test's own).
     """
 
-    def __init__(self, name: str, quota: float) -> None:
+    def __init__(self, name: str, quota: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self.created = time.time()
+        self._clock = clock
         self._lock = threading.Lock()
+        self._iso_ends: deque[float] = deque()
+        """ISO-queue ends of admitted requests not yet passed."""
+        self._iso_last = -math.inf
+        self._iso_done = 0
+        """Admitted requests the ISO queue has ended by the last reading."""
+        self._ended = 0
+        """Admitted requests that have ended, whatever the outcome."""
         self._quota = quota
         self._pending = 0
         self._running = 0
@@ -234,11 +250,13 @@ class AppStats:
             self._received += 1
             self._count("rejected", reason)
 
-    def admitted(self) -> None:
-        """A request queued."""
+    def admitted(self, iso_latency: float) -> None:
+        """A request queued; alone at its quota it would take ``iso_latency`` seconds."""
         with self._lock:
             self._received += 1
             self._pending += 1
+            self._iso_last = max(self._clock(), self._iso_last) + iso_latency
+            self._iso_ends.append(self._iso_last)
 
     def started(self) -> None:
         """A request's first kernel was launched."""
@@ -250,6 +268,7 @@ class AppStats:
         with self._lock:
             self._pending -= 1
             self._running -= started
+            self._ended += 1
             self._samples.append((latency, queue, compute))
             self._latency.observe(latency)
             self._queue.observe(queue)
@@ -261,6 +280,7 @@ class AppStats:
         with self._lock:
             self._pending -= 1
             self._running -= started
+            self._ended += 1
             self._count(status, reason)
 
     def counted(self, status: str, reason: str) -> None:
@@ -297,12 +317,30 @@ class AppStats:
             self._clear_window()
 
     # ------------------------------------------------------------ views
+    def _behind_quota(self) -> int:
+        """:meth:`behind_quota`, under the lock."""
+        now = self._clock()
+        ends = self._iso_ends
+        while ends and ends[0] <= now:
+            ends.popleft()
+            self._iso_done += 1
+        return max(self._iso_done - self._ended, 0)
+
+    def behind_quota(self) -> int:
+        """Requests the app's ISO run of the same arrivals would have ended by now that have
+        not: 0 while the app keeps the throughput its quota alone gives it, growing while it is
+        served less.  A request that ended early (cancelled, failed) counts as ended when it did.
+        The ISO latency is the one each request was admitted with."""
+        with self._lock:
+            return self._behind_quota()
+
     def window(self, target: float) -> AppWindow:
         """The window, with latencies over ``target`` counted as violations."""
         with self._lock:
             samples = np.array(self._samples, dtype=float).reshape(-1, 3)
             counts = dict(self._counts)
             received, pending, running, quota = self._received, self._pending, self._running, self._quota
+            behind = self._behind_quota()
         lat = samples[:, 0]
         violation = float(np.mean(lat > target)) if len(lat) else math.nan
         return AppWindow(
@@ -315,6 +353,7 @@ class AppStats:
             Summary.of(samples[:, 1]),
             Summary.of(samples[:, 2]),
             violation,
+            behind,
         )
 
     def cumulative(self) -> Cumulative:
@@ -348,6 +387,7 @@ class AppStats:
                 self._latency.read(),
                 self._queue.read(),
                 self._compute.read(),
+                self._behind_quota(),
             )
 
 
