@@ -8,10 +8,11 @@ requests arriving after the warmup) and the neighbour's service: its requests do
 the warmup and the end of the arrivals, while both apps run, per second, in multiples of its
 quota's throughput, beside its due in the same unit: what the ISO run of the same arrivals
 would have done by the end (:attr:`~bless.harness.results.AppResult.due_rate`; at 1x the ISO
-run's own queue grows without bound, so a little under 1).  Counting its requests over the time to drain them instead
-includes the drain after the arrivals and the victim's loop stop, with the GPU to itself, and
-read 1.06-1.36x for BLESS where this reads 0.84-1.01x.  The issue's promise: the victim at or
-below ISO (1 % tolerance) and the neighbour served its due (0.01 tolerance).
+run's own queue grows without bound, so a little under 1).  Counting its requests over the
+time to drain them instead includes the drain after the arrivals and the victim's loop stop,
+with the GPU to itself, and read 1.06-1.36x for BLESS where this reads 0.84-1.01x.  The
+issue's promise: the victim at or below ISO (1 % tolerance) and the neighbour served its due
+(0.01 tolerance).
 
 Beside the policies at the highest load, ``best``: the most any schedule could serve the
 neighbour with every request of the victim done within its ISO latency, estimated by the fluid

@@ -561,7 +561,8 @@ def report_isolation(name: str = "isolation") -> str:
     for r in rows:
         r["neighbour"] = neighbour_load(r["apps.1.load"], 1 / t50)
         due = num(r.get("app1.due_rps"))
-        r["app1.service"] = num(r.get("app1.served_rps")) / due if due > 0 else math.nan  # nan: closed, or due nothing
+        # nan: a closed loop, or nothing due
+        r["app1.service"] = num(r.get("app1.served_rps")) / due if due > 0 else math.nan
     key = lambda r: r["neighbour"]
     out = [
         f"resnet50 at 50 % (closed loop B) beside bert at 50 % under the load in each row; rates in multiples of "

@@ -14,14 +14,15 @@ Per group and policy it reports the worst closed loop's mean over its ISO target
 requests arriving after the warmup) and, per app under Poisson arrivals, its service: its
 requests done between the warmup and the end, per second, over its quota's throughput
 (``isolation_pairs.py``'s measure), beside its due in the same unit: what the ISO run of the
-same arrivals would have done by the end (:attr:`bless.harness.results.AppResult.due_rate`).  The ISO run
-draws its own arrivals (``bless.harness.run.group_seed``), so its service is no reference for
-another policy's; and the offered load is none either: at 1x part of it is still queued at
-the end in the ISO run too.  The promise: every closed loop at or below its ISO target (1 %
-tolerance), every Poisson app served its due (0.01 tolerance).  Beside each group, its reach: the fluid estimate of
-``overlap_feasibility.py`` of the least ``lam`` at which every closed loop could be at ``lam x``
-ISO with every Poisson app served its quota's throughput, which tells a group no schedule could
-keep whole from one where the policy fell short.
+same arrivals would have done by the end (:attr:`bless.harness.results.AppResult.due_rate`).
+The ISO run draws its own arrivals (``bless.harness.run.group_seed``), so its service is no
+reference for another policy's; and the offered load is none either: at 1x part of it is
+still queued at the end in the ISO run too.  The promise: every closed loop at or below its
+ISO target (1 % tolerance), every Poisson app served its due (0.01 tolerance).  Beside each
+group, its reach: the fluid estimate of ``overlap_feasibility.py`` of the least ``lam`` at
+which every closed loop could be at ``lam x`` ISO with every Poisson app served its quota's
+throughput, which tells a group no schedule could keep whole from one where the policy fell
+short.
 
     python experiments/random_groups.py > experiments/results/random_groups.md   # ~5 min on 2 cores
 
