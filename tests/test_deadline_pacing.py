@@ -103,6 +103,20 @@ def test_an_overloaded_app_keeps_its_quota_s_rate_beside_a_closed_loop():
     assert served >= 0.98 * share, served / share
 
 
+@pytest.mark.parametrize("times", [1, 5])
+def test_an_overloaded_app_lends_a_closed_loop_only_what_its_deadline_needs(times):
+    """``isolation.yaml``'s cell: ResNet50's closed loop B beside BERT at 1x and 5x its quota's
+    throughput.  ResNet50's deadline beside BERT's DRAM traffic needs 60 SMs, and BERT lends it
+    6 of its 54; with a whole window to spare ResNet50 was capped at 66-72 SMs over the 48 BERT
+    kept, ran at 0.936x ISO, and BERT was served 0.95 of its due (what the ISO run of the same
+    arrivals does); with a quarter of one (``LENDER_MARGIN``) 0.985x and 0.978-0.985."""
+    share = 1 / load_app("bert", "a100").latency_at_quota(0.5)
+    load = {"type": "poisson", "rate": times * share}
+    r50, bert = pair(load, duration=3.0, warmup=0.5).apps
+    assert r50.mean <= 1.01 * r50.iso_latency, r50.mean / r50.iso_latency
+    assert bert.served_rate >= 0.97 * bert.due_rate, bert.served_rate / bert.due_rate
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_bert_keeps_its_iso_latency_beside_an_overloaded_vgg11_at_any_seed(seed):
     """BERT's closed loop B beside VGG11 at 5x its quota's throughput: BERT's requests that fell
@@ -578,17 +592,24 @@ def test_an_app_keeps_its_lead_beside_an_app_over_its_share():
     """``give_lead`` (opt-in).  BERT's closed loop at 1/18 runs far ahead of its deadlines in its
     neighbours' gaps; beside ResNet50 at 12/18 and its quota's throughput (over its share
     whenever its arrivals bunch), whose ISO queue's deadlines would take any lead BERT gave, it
-    keeps its lead: 1.005x ISO (1.073x when it gave it, 1.034x with no lead at all, the
-    default; ``random_groups.py``'s group 23, of which this is the shape)."""
+    keeps its lead: 1.015x ISO (1.073x when it gave it, 1.038x with no lead at all, the
+    default; ``random_groups.py``'s group 23, of which this is the shape, out of reach on the
+    fluid estimate).  Before the loops beside an app over its share kept only a quarter of a
+    window to spare (``LENDER_MARGIN``), 1.005x and 1.034x."""
     share = 1 / load_app("resnet50", "a100").latency_at_quota(12 / 18)
     apps = [
         ("resnet50", "12/18", {"type": "poisson", "rate": share}),
         ("vgg11", "5/18", {"type": "closed", "interval": 1 / 3}),
         ("bert", "1/18", {"type": "closed", "interval": 1 / 3}),
     ]
-    r = group(apps, {"name": "bless", "give_lead": True}, duration=3.0, warmup=0.5, seed=23)
-    for a in r.apps[1:]:
-        assert a.mean <= 1.01 * a.iso_latency, a.name
+
+    def over_iso(give_lead):
+        r = group(apps, {"name": "bless", "give_lead": give_lead}, duration=3.0, warmup=0.5, seed=23)
+        return [a.mean / a.iso_latency for a in r.apps[1:]]
+
+    kept = over_iso(True)
+    assert max(kept) <= 1.02, kept
+    assert kept[1] < over_iso(False)[1] - 0.01  # BERT: its lead kept is what saves it
 
 
 def test_a_long_app_beside_big_kernels_keeps_its_iso_latency():

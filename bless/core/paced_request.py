@@ -54,6 +54,8 @@ class PaceTable:
     digest: int = field(init=False, repr=False, compare=False)
     """A hash of the rows and their SMs: two apps' tables with the same one time the same
     kernels in the same contexts (twins: replicas of one model)."""
+    kernel_mean: float = field(init=False, repr=False, compare=False)
+    """Mean time of its kernels alone on the whole GPU: how long one holds the SMs it took."""
 
     def __post_init__(self) -> None:
         sms = self.limits if self.granted is None else self.granted
@@ -64,6 +66,7 @@ class PaceTable:
         object.__setattr__(self, "full", len(self.limits))
         object.__setattr__(self, "row_sms", (*sms, self.sm_count))
         object.__setattr__(self, "digest", hash((self.row_sms, self.prefix.tobytes())))
+        object.__setattr__(self, "kernel_mean", self.lines[-1][-1] / max(self.n_kernels, 1))
 
     def row_of(self, sm_limit: int | None) -> int:
         """The row of the context restricted to ``sm_limit`` SMs (None or the whole GPU: the
