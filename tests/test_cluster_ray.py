@@ -54,6 +54,7 @@ def test_status_lists_each_gpu_with_its_apps_and_quotas(cluster):
     apps = {g["gpu_id"]: [(a["name"], a["quota"]) for a in g["apps"]] for g in status}
     assert apps == {"gpu-0": [("a", 0.7), ("c", 0.3)], "gpu-1": [("b", 0.5)], "gpu-2": [], "gpu-3": []}
     assert all("iso_latency" in a for g in status for a in g["apps"])
+    assert all(a["behind_quota"] == 0 for g in status for a in g["apps"])  # idle: none behind
     assert cluster.placements()["c"]["gpu"] == "gpu-0"
     for name in "abc":
         cluster.unregister(name)

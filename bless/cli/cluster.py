@@ -225,11 +225,13 @@ def run_status(args: argparse.Namespace) -> int:
         return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.2f}"
 
     table = Table(title="bless cluster")
-    for col in ("GPU", "memory GiB", "util", "app", "quota", "requests", "p50 ms", "p99 ms", "ISO ms", "over target"):
+    columns = ("GPU", "memory GiB", "util", "app", "quota", "requests", "p50 ms", "p99 ms", "ISO ms", "over target")
+    columns += ("behind quota",)
+    for col in columns:
         table.add_column(col)
     for g in gpus:
         if "error" in g:
-            table.add_row(g["gpu_id"], "-", "-", f"[red]{g['error']}[/red]", "", "", "", "", "", "")
+            table.add_row(g["gpu_id"], "-", "-", f"[red]{g['error']}[/red]", *[""] * (len(columns) - 4))
             continue
         util = g["utilisation"]
         head = [
@@ -238,7 +240,7 @@ def run_status(args: argparse.Namespace) -> int:
             "-" if not math.isfinite(util) else f"{util:.0%}",
         ]
         if not g["apps"]:
-            table.add_row(*head, "(none)", "0%", "", "", "", "", "")
+            table.add_row(*head, "(none)", "0%", *[""] * (len(columns) - 5))
         for i, a in enumerate(g["apps"]):
             viol = a["target_violation_rate"]
             table.add_row(
@@ -250,6 +252,7 @@ def run_status(args: argparse.Namespace) -> int:
                 ms(a["latency_p99"]),
                 ms(a["iso_latency"]),
                 "-" if not math.isfinite(viol) else f"{viol:.0%}",
+                str(a["behind_quota"]),
             )
     console = make_console()
     console.print(table)

@@ -166,8 +166,8 @@ class GpuAgent:
         return core.call(read).result(ANSWER_TIMEOUT)
 
     def stats(self) -> dict[str, Any]:
-        """Per app: quota, memory, requests, latency against its target (ISO unless an SLO);
-        the GPU: memory, utilisation."""
+        """Per app: quota, memory, requests, latency against its target (ISO unless an SLO),
+        requests behind its quota's throughput now; the GPU: memory, utilisation."""
         core = self.core
         gpu = core.stats.gpu
         apps = []
@@ -190,6 +190,7 @@ class GpuAgent:
                     "latency_p50": w.latency.p50,
                     "latency_p99": w.latency.p99,
                     "target_violation_rate": w.target_violation_rate,
+                    "behind_quota": w.behind_quota,
                 }
             )
         return {
