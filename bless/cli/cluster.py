@@ -225,8 +225,10 @@ def run_status(args: argparse.Namespace) -> int:
         return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.2f}"
 
     table = Table(title="bless cluster")
-    columns = ("GPU", "memory GiB", "util", "app", "quota", "requests", "p50 ms", "p99 ms", "ISO ms", "over target")
-    columns += ("behind quota",)
+    columns = (
+        *("GPU", "memory GiB", "util", "app", "quota", "requests"),
+        *("p50 ms", "p99 ms", "ISO ms", "over target", "behind quota"),
+    )
     for col in columns:
         table.add_column(col)
     for g in gpus:

@@ -230,8 +230,8 @@ request) stays unrestricted where only the whole GPU meets its deadline with a w
 (:func:`_deadline_need`).  The GPU gives SMs in launch order, so each of the lender's kernels
 waits for SMs the top's running kernels hold: cheap beside kernels much shorter than its own,
 and an unrestricted top is done sooner.  BERT's loop (21 us kernels) beside VGG11 (183 us) at
-5x its share: VGG11 served 0.984 of its due unrestricted, 0.962 capped at LENDER_MARGIN; ResNet50
-(35 us) beside BERT: BERT 0.957 of its due unrestricted, 0.987 capped.  Our assumption, measured
+5x its share: VGG11 served 0.985 of its due unrestricted, 0.963 capped at LENDER_MARGIN; ResNet50
+(35 us) beside BERT at 1x: BERT 0.955 of its due unrestricted, 0.985 capped.  Our assumption, measured
 on quick re-runs (BLESS only, seed 0) of 11 pairs and 9 random groups with overloaded apps
 (``experiments/README.md``, item 36): the overloaded apps' shortfall below their due summed
 0.771 / 0.795 / 0.827 / 0.875 at 0.25 / 0.5 / 1 / 2, 0.856 never unrestricted, 0.963 before
