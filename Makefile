@@ -5,26 +5,29 @@ BIN := $(VENV)/bin
 # No download cache: on a fresh machine it would hold a second copy of every wheel (Ray, TVM)
 # beside the installed ones, and CI machines have run out of disk mid-install.
 PIP := $(BIN)/python -m pip --disable-pip-version-check --no-cache-dir -q
+# Every install, build environments included, at the versions in constraints.txt (`make lock`).
+LOCK := constraints.txt
+PIN := -c $(LOCK) --build-constraint $(LOCK)
 
-.PHONY: run test test-slow test-all test-native native lint bench bench-native clean
+.PHONY: run test test-slow test-all test-native native lint bench bench-native lock clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(PIP) install --upgrade pip
+	$(PIP) install -c $(LOCK) pip
 
 # Core install: what `make run` needs.
-$(VENV)/.core: pyproject.toml $(BIN)/python
-	$(PIP) install -e .
+$(VENV)/.core: pyproject.toml $(LOCK) $(BIN)/python
+	$(PIP) install $(PIN) -e .
 	touch $@
 
 # Everything the tests touch: test tools, apps (pinned CPU torch + TVM), Ray for `bless cluster` (~260 MB, ~9 s to install here).
-$(VENV)/.test: pyproject.toml $(BIN)/python
-	$(PIP) install -e '.[test,apps,cuda,cluster]'
+$(VENV)/.test: pyproject.toml $(LOCK) $(BIN)/python
+	$(PIP) install $(PIN) -e '.[test,apps,cuda,cluster]'
 	touch $@ $(VENV)/.core
 
 # The linters.
-$(VENV)/.lint: pyproject.toml $(BIN)/python
-	$(PIP) install -e '.[lint]'
+$(VENV)/.lint: pyproject.toml $(LOCK) $(BIN)/python
+	$(PIP) install $(PIN) -e '.[lint]'
 	touch $@ $(VENV)/.core
 
 run: $(VENV)/.core
@@ -46,7 +49,7 @@ test-all: $(VENV)/.test
 NATIVE := .native
 native: $(VENV)/.test
 	rm -rf $(NATIVE)
-	BLESS_NATIVE=1 $(PIP) wheel --no-deps -w $(NATIVE)/dist .
+	BLESS_NATIVE=1 $(PIP) wheel --no-deps --build-constraint $(LOCK) -w $(NATIVE)/dist .
 	$(PIP) install --no-deps --target $(NATIVE)/site $(NATIVE)/dist/*.whl
 
 # The fast tests against the compiled modules (tests/conftest.py checks they are the ones loaded);
@@ -68,5 +71,19 @@ lint: $(VENV)/.lint
 bench: $(VENV)/.core
 	$(BIN)/bless bench sim
 
+# Re-resolve constraints.txt: the newest versions pyproject.toml allows, in a scratch environment,
+# build requirements included (pip freeze leaves out bless itself and torch, which pyproject pins).
+LOCK_VENV := .lock-venv
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PY) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip --disable-pip-version-check --no-cache-dir -q install --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip --disable-pip-version-check --no-cache-dir -q install \
+		'.[test,apps,cuda,cluster,lint]' hatchling grpcio-tools setuptools
+	{ sed -n '/^#/p' $(LOCK); $(LOCK_VENV)/bin/python -m pip freeze --all --exclude bless --exclude torch \
+		| sort -f; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK)
+	rm -rf $(LOCK_VENV)
+
 clean:
-	rm -rf $(VENV) $(NATIVE) .pytest_cache build dist
+	rm -rf $(VENV) $(NATIVE) $(LOCK_VENV) .pytest_cache build dist
