@@ -4,7 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # No download cache: on a fresh machine it would hold a second copy of every wheel (Ray, TVM)
 # beside the installed ones, and CI machines have run out of disk mid-install.
-PIP := $(BIN)/python -m pip --disable-pip-version-check --no-cache-dir -q
+PIP_FLAGS := --disable-pip-version-check --no-cache-dir -q
+PIP := $(BIN)/python -m pip $(PIP_FLAGS)
 # Every install, build environments included, at the versions in constraints.txt (`make lock`).
 LOCK := constraints.txt
 PIN := -c $(LOCK) --build-constraint $(LOCK)
@@ -77,9 +78,8 @@ LOCK_VENV := .lock-venv
 lock:
 	rm -rf $(LOCK_VENV)
 	$(PY) -m venv $(LOCK_VENV)
-	$(LOCK_VENV)/bin/python -m pip --disable-pip-version-check --no-cache-dir -q install --upgrade pip
-	$(LOCK_VENV)/bin/python -m pip --disable-pip-version-check --no-cache-dir -q install \
-		'.[test,apps,cuda,cluster,lint]' hatchling grpcio-tools setuptools
+	$(LOCK_VENV)/bin/python -m pip $(PIP_FLAGS) install --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip $(PIP_FLAGS) install '.[test,apps,cuda,cluster,lint]' hatchling grpcio-tools setuptools
 	{ sed -n '/^#/p' $(LOCK); $(LOCK_VENV)/bin/python -m pip freeze --all --exclude bless --exclude torch \
 		| sort -f; } > $(LOCK).new
 	mv $(LOCK).new $(LOCK)

@@ -857,11 +857,12 @@ def _deadline_need(top: PacedRequest, behind: PacedRequest, now: float, window: 
     is over its share (it lends the top what the top's deadline needs), :data:`LENDER_MARGIN` of
     one, unless only the whole GPU has the window to spare and the top's kernels are short
     beside the lender's (:data:`SHORT_KERNELS`): the top stays unrestricted then."""
-    row = top.deadline_row(now, margin=window)
     if not behind.request.app.backlogged:
-        return row
-    if row >= top.table.full and top.table.kernel_mean <= SHORT_KERNELS * behind.table.kernel_mean:
-        return row
+        return top.deadline_row(now, margin=window)
+    if top.table.kernel_mean <= SHORT_KERNELS * behind.table.kernel_mean:
+        row = top.deadline_row(now, margin=window)
+        if row >= top.table.full:
+            return row
     return top.deadline_row(now, margin=window * LENDER_MARGIN)
 
 
