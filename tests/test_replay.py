@@ -13,6 +13,7 @@ from bless.harness.loads import ClosedLoop, Poisson, parse_load
 from bless.harness.replay import Replay
 from bless.harness.run import run_config
 from bless.policies.bless import DECISION_COST, BlessPolicy
+from bless.policies.gslice import GslicePolicy
 from bless.policies.unbound import UnboundPolicy
 from bless.profiles.catalog import load_app
 from bless.profiles.format import load_profile
@@ -43,6 +44,16 @@ def test_no_kernel_lost_duplicated_or_reordered_and_every_request_completes(poli
     _assert_every_kernel_once_in_order(backend, result)
 
 
+def test_an_apps_requests_never_run_at_once_when_its_partition_is_resized():
+    """GSLICE re-sizes an app's partition while its requests queue: its next request is launched
+    into the new partition's stream while the one before still runs in the old one's."""
+    profiles = [synthetic_profile(f"p{i}", n_kernels=30 + 10 * i, mean_us=20, seed=i) for i in range(2)]
+    loads = [Poisson(3000.0), ClosedLoop(0.3)]
+    backend, result = run(GslicePolicy(period=0.01), profiles, loads, quotas=[0.5, 0.5], noise_sigma=0.05)
+    assert len({launch.stream for req, _, launch in backend.log if req.app.index == 0}) > 1, "never re-sized"
+    _assert_every_kernel_once_in_order(backend, result)
+
+
 def _assert_every_kernel_once_in_order(backend, result):
     per_request = defaultdict(list)
     for req, k, launch in backend.log:
@@ -56,6 +67,14 @@ def _assert_every_kernel_once_in_order(backend, result):
         assert req.done and req.end == launches[-1][1].end
     submitted = sum(a.submitted for a in result.apps)
     assert submitted == sum(a.completed for a in result.apps) == len(per_request)
+    # An app's requests share its buffers: one runs only once its app's previous one has ended.
+    by_app = defaultdict(list)
+    for req, launches in per_request.items():
+        by_app[req.app.index].append((req.arrival, req.rid, launches[0][1].start, launches[-1][1].end))
+    for spans in by_app.values():
+        spans.sort()
+        for (*_, end), (*_, start, _) in zip(spans, spans[1:]):
+            assert start >= end - 1e-12, "two requests of one app ran at once"
 
 
 def test_no_kernel_lost_or_reordered_on_green_contexts_with_low_priority_blocks():

@@ -27,6 +27,8 @@ class KernelManager:
         self.backend = backend
         self._streams: dict[tuple[int, int | None, bool], Any] = {}
         """Per (app index, SM limit, low priority): its stream."""
+        self._latest: dict[int, Any] = {}
+        """Per app index: the launch of its latest kernel, which its next request's first kernel follows."""
         self.kernels_launched = 0
 
     def deploy(
@@ -58,6 +60,7 @@ class KernelManager:
     def undeploy(self, app: AppState) -> None:
         for key in [k for k in self._streams if k[0] == app.index]:
             del self._streams[key]
+        self._latest.pop(app.index, None)
         self.backend.undeploy(app.handle)
         app.granted_sms = {}
 
@@ -73,6 +76,16 @@ class KernelManager:
                 f"app {app.name!r} has no context limited to {sm_limit} SMs; "
                 f"the policy must list it in context_limits()"
             ) from None
+
+    def _unfinished_latest(self, app: AppState) -> Any:
+        """The launch of ``app``'s latest kernel if it may not have ended yet (None otherwise): its
+        next request's first kernel waits for it.  An app's requests share its buffers (one arena
+        per app on a GPU), so two of them must not run at once; a dependency already met is not
+        passed on, so that it costs nothing."""
+        latest = self._latest.get(app.index)
+        if latest is None or latest.end is not None:
+            return None
+        return latest
 
     def execute(self, decision: Decision) -> list[Any]:
         """Launch every kernel of ``decision``; return the backend's launch objects in order."""
@@ -97,9 +110,12 @@ class KernelManager:
                 )
             cursor[i] = k + 1
             notify = k + 1 == req.n_kernels or (p.notify and k + 1 == p.start + p.count)
-            req.last_launch = launch(streams[i], req.app.handle, k, after=req.last_launch, tag=req, notify=notify)
+            after = req.last_launch if k else self._unfinished_latest(req.app)
+            req.last_launch = launch(streams[i], req.app.handle, k, after=after, tag=req, notify=notify)
             if k == 0:
                 req.first_launch = req.last_launch
+            if k + 1 == req.n_kernels:
+                self._latest[req.app.index] = req.last_launch
             req.scheduled = k + 1
             launches.append(req.last_launch)
         self.kernels_launched += len(order)
