@@ -214,8 +214,9 @@ BOUND_NOTE = (
 BOUND_EXPERIMENTS = ("fig13", "fig13_exp", "fig14", "fig15_4apps", "fig15_8apps", "fig16", "workload_d", "slo")
 """The inference experiments whose mean latency / lower bound the headline averages.  The isolation
 sweep's table shows its ratios too, but its open loops at 1-5x a quota's capacity are left out of the
-average: there the bound (per-request work packed on the whole GPU) is loose by 8-90x for every
-policy, ISO included, and would swamp the rest."""
+average: at exactly 1x the ISO run's own queue grows without bound while the bound's (each request
+alone on the whole GPU, 1.37x as fast for BERT) stays short, so every policy is 3.5-23x the bound
+there, ISO included, and would swamp the rest."""
 _BOUNDS_MS: dict[str, float] = {}
 """Bound (ms) per run config (JSON), shared by the experiments of one invocation."""
 

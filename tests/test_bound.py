@@ -9,9 +9,9 @@ from bless.harness.bound import (
     Frontier,
     bound_for_config,
     closed_loop_bound,
-    fcfs_floor_bound,
     latency_bounds,
     mean_busy_time_bound,
+    one_at_a_time_bound,
     request_frontier,
 )
 from bless.harness.config import ConfigError, config_from_dict
@@ -49,6 +49,11 @@ CONFIGS = {
     "closed and open": [
         {"app": "resnet101", "quota": 0.6, "load": "A"},
         {"app": "vgg11", "quota": 0.4, "load": "poisson:40"},
+    ],
+    # Four clients of one app, which serves one request at a time: at least 4 x its floor less the think.
+    "four clients": [
+        {"app": "resnet50", "quota": 0.5, "load": {"type": "closed", "interval": 0.5, "clients": 4}},
+        {"app": "bert", "quota": 0.5, "load": "C"},
     ],
 }
 
@@ -97,7 +102,7 @@ def test_no_policy_beats_the_bound(name, policy):
     for b, a in zip(bound.apps, result.apps):
         if b.requests is not None:
             assert b.requests == a.completed
-            assert b.bound == pytest.approx(fcfs_floor_bound(np.sort(a.arrivals), b.floor, b.work / bound.sm_count))
+            assert b.bound == pytest.approx(one_at_a_time_bound(np.sort(a.arrivals), b.floor))
 
 
 def test_no_bound_for_apps_the_policy_cannot_place():
@@ -147,19 +152,19 @@ def test_fcfs_completions_serve_one_at_a_time_in_arrival_order():
         fcfs_completions(np.array([1.0, 0.5]), size=1.0)
 
 
-def test_fcfs_floor_bound_is_the_floor_when_sparse_and_queueing_when_dense():
+def test_one_request_at_a_time_is_the_floor_when_sparse_and_a_queue_when_dense():
     sparse = np.arange(10) * 1.0
-    assert fcfs_floor_bound(sparse, floor=0.3, size=0.2) == pytest.approx(0.3)
-    burst = np.zeros(4)  # FCFS flow times 1, 2, 3, 4
-    assert fcfs_floor_bound(burst, floor=0.5, size=1.0) == pytest.approx(2.5)
-    assert np.isnan(fcfs_floor_bound(np.zeros(0), floor=0.5, size=1.0))
+    assert one_at_a_time_bound(sparse, floor=0.3) == pytest.approx(0.3)
+    burst = np.zeros(4)  # served one after the other: done at 0.5, 1, 1.5, 2
+    assert one_at_a_time_bound(burst, floor=0.5) == pytest.approx(1.25)
+    assert np.isnan(one_at_a_time_bound(np.zeros(0), floor=0.5))
 
 
 def test_mean_busy_time_bound_by_hand():
     rng = np.random.default_rng(1)
     r = np.sort(rng.uniform(0.0, 1.0, 200))
     # One app: equal sizes, equal weights: the bound is FCFS's mean flow time.
-    assert mean_busy_time_bound([r], [0.004]) == pytest.approx(fcfs_floor_bound(r, 0.0, 0.004))
+    assert mean_busy_time_bound([r], [0.004]) == pytest.approx(one_at_a_time_bound(r, 0.004))
     # A (size 2, at 0) is preempted by B (size 1, at 0.5): B flows 1; A busy on [0, 0.5] and [1.5, 3],
     # mean busy time 1.75, bound 1.75 + 1 - 0 = 2.75.
     assert mean_busy_time_bound([np.array([0.0]), np.array([0.5])], [2.0, 1.0]) == pytest.approx(3.75)
@@ -252,6 +257,25 @@ def test_closed_loop_bound_meets_the_capacity_and_nothing_feasible_is_lower():
             assert trial.sum() >= total
 
 
+def test_a_frontier_cut_at_a_duration_keeps_its_values_from_there():
+    g = Frontier(durations=np.array([1.0, 2.0, 4.0]), works=np.array([10.0, 6.0, 5.0]))
+    assert g.from_duration(0.5) is g
+    cut = g.from_duration(3.0)
+    assert cut.floor == 3.0 and cut.work == 5.0
+    at = np.array([3.0, 3.5, 4.0, 9.0])
+    assert cut(at) == pytest.approx(g(at))
+    assert np.isinf(cut(2.5))
+    assert g.from_duration(6.0)(np.array([6.0, 7.0])) == pytest.approx([5.0, 5.0])
+
+
+def test_several_clients_of_one_app_wait_for_each_other():
+    """Four clients of an app that serves one request at a time complete at most one request per
+    floor: their mean latency is at least four floors less the think time."""
+    cfg = config("bless", CONFIGS["four clients"])
+    (loop, _), profile = bound_for_config(cfg).apps, load_app("resnet50", "a100")
+    assert loop.bound == pytest.approx(4 * loop.floor - 0.5 * float(profile.T[-1]), rel=1e-6)
+
+
 def test_closed_loop_bound_with_a_flat_frontier_is_the_throughput_bound():
     flat = Frontier(durations=np.array([0.01]), works=np.array([0.54]))  # 5 ms of the whole GPU
     for clients, think in [(1, 0.0), (4, 0.002), (10, 0.01)]:
@@ -265,7 +289,7 @@ def test_bad_input_names_the_field(tmp_path, capsys):
     with pytest.raises(BoundError, match="^apps: "):
         latency_bounds([], [], 108)
     with pytest.raises(BoundError, match="^arrivals: "):
-        fcfs_floor_bound(np.array([1.0, 0.5]), floor=0.1, size=0.1)
+        one_at_a_time_bound(np.array([1.0, 0.5]), floor=0.1)
     with pytest.raises(BoundError, match="^held: "):
         request_frontier(np.ones((4, 2)), np.ones((4, 3)))
     with pytest.raises(BoundError, match="^thinks >= 0"):

@@ -35,22 +35,25 @@ What a request needs (:func:`request_frontier`)
     schedule onto that machine gives a feasible fluid schedule in which each
     job runs between its arrival and its real completion.
 
+One request of an app at a time
+    An app's requests share its buffers (on a GPU, one memory arena per app),
+    so the kernel manager never runs two of them at once: a request's first
+    kernel waits for the last kernel of its app's previous request
+    (:class:`bless.core.manager.KernelManager`), whatever the policy, and an
+    app's queue is served in arrival order.  So request ``j`` ends no sooner
+    than ``max(r_j, C_{j-1}) + floor``: each app is a single server whose
+    service takes at least ``floor``.
+
 Open loops (Poisson, traces: the arrival times are known)
     Only requests arriving in ``[warmup, duration)`` are measured; the others
-    can be left out (a scheduler may postpone them), which only lowers the
-    bound.  *One app*: its flow times sum to the integral over time of the
-    number of its requests alive.  At time ``t`` a request that arrived less
-    than ``floor`` ago is alive for sure; among those that arrived earlier (a
-    prefix of the arrivals) at least as many are unfinished as under SRPT on
-    that prefix, and SRPT minimises the number unfinished at every instant.
-    With equal sizes SRPT is FCFS, and FCFS on a prefix is FCFS on all
-    arrivals restricted to it.  Integrating, the mean latency is at least
-    ``mean_j max(floor, C_j - r_j)`` with ``C_j`` the FCFS completions of the
-    app's requests alone on the fluid machine (:func:`fcfs_floor_bound`);
-    this is the per-app bound, which a policy that favours the app could come
-    close to.  *All apps together* (the mean over apps weighs app ``i``'s
-    requests by ``1/n_i``): for any schedule ``C_j >= M_j + p_j/2`` with
-    ``M_j`` the mean busy time of job ``j``, and the weighted sum of mean
+    are left out, which only lowers the bound (a server's completions only
+    move earlier with fewer jobs ahead).  *One app*: with the recursion above
+    from its measured arrivals, its mean latency is at least ``mean_j (C_j -
+    r_j)`` (:func:`one_at_a_time_bound`): its queue as if each request ran alone
+    on the whole GPU, which a policy that favours the app could come close to.
+    *All apps together* (the mean over apps weighs app ``i``'s requests by
+    ``1/n_i``), on the fluid machine above: for any schedule ``C_j >= M_j + p_j/2``
+    with ``M_j`` the mean busy time of job ``j``, and the weighted sum of mean
     busy times is smallest in the preemptive schedule that serves the highest
     ``w_j/p_j`` first (Goemans, SODA'97: the mean-busy-time LP is solved by
     that schedule; it holds for fractional processing too), which gives
@@ -64,7 +67,9 @@ Closed loops (workloads A/B/C: a client waits ``Z`` after each answer)
     so it occupies at least ``g_i(L_j)`` (``g_i`` is non-increasing), and by
     Jensen (``g_i`` is convex) the app's requests occupy on average at least
     ``g_i(L_i)``.  The GPU's capacity gives ``sum_i h_i(L_i) <= 1`` with
-    ``h_i(L) = c_i g_i(L) / (N (L + Z_i))`` and ``L_i >= floor_i``.  Each
+    ``h_i(L) = c_i g_i(L) / (N (L + Z_i))`` and ``L_i >= floor_i``, and,
+    the app's requests one at a time, at most ``1 / floor_i`` requests a
+    second: ``L_i >= c_i floor_i - Z_i`` (``g_i`` is cut there).  Each
     ``h_i`` is a product of two non-negative, non-increasing convex functions,
     hence convex (on a piece of ``g_i`` the second derivative is
     ``g'' u + 2 g' u' + g u'' >= 0`` with ``u = 1 / (L + Z_i)``, and at a kink
@@ -207,6 +212,16 @@ class Frontier:
         d = np.asarray(duration, dtype=float)
         return np.where(d < self.durations[0], math.inf, np.interp(d, self.durations, self.works))
 
+    def from_duration(self, least: float) -> Frontier:
+        """This frontier for requests that last at least ``least`` seconds (itself if ``least``
+        is at most its floor)."""
+        if least <= self.durations[0]:
+            return self
+        later = self.durations > least
+        return Frontier(
+            durations=np.r_[least, self.durations[later]], works=np.r_[float(self(least)), self.works[later]]
+        )
+
 
 def request_frontier(solo: np.ndarray, held: np.ndarray) -> Frontier:
     """The frontier of a request from its kernels' curves.
@@ -278,18 +293,18 @@ def _arrivals(arrivals: np.ndarray, where: str) -> np.ndarray:
     return r
 
 
-def fcfs_floor_bound(arrivals: np.ndarray, floor: float, size: float) -> float:
-    """Bound on one app's mean latency: ``mean_j max(floor, C_j - r_j)``, FCFS ``C`` of jobs of ``size``.
+def one_at_a_time_bound(arrivals: np.ndarray, floor: float) -> float:
+    """Bound on one app's mean latency: its requests served one at a time in arrival order, each
+    taking at least ``floor`` seconds: ``mean_j (C_j - r_j)``, ``C_j = max(r_j, C_{j-1}) + floor``.
 
-    ``size`` is a request's work in seconds of the whole GPU (``work / N``).
     nan without arrivals.
     """
     r = _arrivals(arrivals, "arrivals")
-    if not floor >= 0 or not size >= 0:
-        raise BoundError(f"floor, size: expected non-negative seconds, got {floor}, {size}")
+    if not floor >= 0:
+        raise BoundError(f"floor: expected non-negative seconds, got {floor}")
     if len(r) == 0:
         return math.nan
-    return float(np.mean(np.maximum(floor, fcfs_completions(r, size) - r)))
+    return float(np.mean(fcfs_completions(r, floor) - r))
 
 
 def mean_busy_time_bound(arrivals: Sequence[np.ndarray], sizes: Sequence[float]) -> float:
@@ -439,14 +454,17 @@ def latency_bounds(
     per_app = np.empty(len(frontiers))
     closed = [i for i, s in enumerate(loads) if s.arrivals is None]
     opened = {i: s.arrivals for i, s in enumerate(loads) if s.arrivals is not None}
+    # An app serves one request at a time, each at least its floor: c clients thinking Z get at
+    # most 1 / floor requests a second, so their mean latency is at least c * floor - Z.
+    served = {i: frontiers[i].from_duration(loads[i].clients * frontiers[i].floor - loads[i].think) for i in closed}
     for i in closed:
-        per_app[i] = closed_loop_bound([frontiers[i]], [loads[i].think], [loads[i].clients], sm_count)[1]
+        per_app[i] = closed_loop_bound([served[i]], [loads[i].think], [loads[i].clients], sm_count)[1]
     for i, arrivals in opened.items():
-        per_app[i] = fcfs_floor_bound(arrivals, frontiers[i].floor, sizes[i])
+        per_app[i] = one_at_a_time_bound(arrivals, frontiers[i].floor)
     total = 0.0
     if closed:
         total += closed_loop_bound(
-            [frontiers[i] for i in closed],
+            [served[i] for i in closed],
             [loads[i].think for i in closed],
             [loads[i].clients for i in closed],
             sm_count,
