@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(
         f"reqs: measured requests of an open loop ({cfg.warmup:g}-{cfg.duration:g} s, arrivals as the "
         f"{cfg.policy} run draws them); fastest: alone on the whole GPU, no host costs; ISO: T\\[quota]; "
-        "bound: no policy's mean is lower (the mean over apps counts the GPU's capacity)"
+        "bound: no policy's mean is lower (each app serves one request at a time; the mean over apps counts the "
+        "GPU's capacity)"
     )
     return 0
