@@ -28,7 +28,8 @@ class KernelManager:
         self._streams: dict[tuple[int, int | None, bool], Any] = {}
         """Per (app index, SM limit, low priority): its stream."""
         self._latest: dict[int, Any] = {}
-        """Per app index: the launch of its latest kernel, which its next request's first kernel follows."""
+        """Per app index: the launch of its latest kernel, which its next request's first kernel follows
+        (a request's kernels are chained, so it ends after every earlier one, a failed request's too)."""
         self.kernels_launched = 0
 
     def deploy(
@@ -98,6 +99,7 @@ class KernelManager:
         cursor = [int(p.start) for p in plans]  # a policy may give NumPy integers; a compiled Request holds C ones
         streams = [self.stream(p.request.app, p.sm_limit, p.low_priority) for p in plans]
         launch = self.backend.launch
+        latest = self._latest
         launches = []
         for i in order:
             p = plans[i]
@@ -114,8 +116,7 @@ class KernelManager:
             req.last_launch = launch(streams[i], req.app.handle, k, after=after, tag=req, notify=notify)
             if k == 0:
                 req.first_launch = req.last_launch
-            if k + 1 == req.n_kernels:
-                self._latest[req.app.index] = req.last_launch
+            latest[req.app.index] = req.last_launch
             req.scheduled = k + 1
             launches.append(req.last_launch)
         self.kernels_launched += len(order)
