@@ -1,6 +1,6 @@
 """Completion times of one server that serves jobs one at a time, in arrival order.
 
-Two readers: the lower bound's per-app queue on the fluid GPU (:mod:`bless.harness.bound`), and
+Two readers: the lower bound's per-app queue, each request alone on the whole GPU (:mod:`bless.harness.bound`), and
 a run's measure of what an open-loop app was due (:class:`bless.harness.results.AppResult`):
 its requests' ends in the ISO run of the same arrivals, where each takes its ISO latency (the
 deadlines deadline pacing gives them).
