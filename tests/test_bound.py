@@ -50,6 +50,12 @@ CONFIGS = {
         {"app": "resnet101", "quota": 0.6, "load": "A"},
         {"app": "vgg11", "quota": 0.4, "load": "poisson:40"},
     ],
+    # BERT's arrivals beyond what it can serve even alone on the whole GPU (74 a second): its
+    # queue grows under every policy at least as fast as under one server at its floor.
+    "overloaded beside a closed loop": [
+        {"app": "resnet50", "quota": 0.5, "load": "B"},
+        {"app": "bert", "quota": 0.5, "load": "poisson:100"},
+    ],
     # Four clients of one app, which serves one request at a time: at least 4 x its floor less the think.
     "four clients": [
         {"app": "resnet50", "quota": 0.5, "load": {"type": "closed", "interval": 0.5, "clients": 4}},
