@@ -75,11 +75,12 @@ bench: $(VENV)/.core
 # Re-resolve constraints.txt: the newest versions pyproject.toml allows, in a scratch environment,
 # build requirements included (pip freeze leaves out bless itself and torch, which pyproject pins).
 LOCK_VENV := .lock-venv
+LOCK_PIP := $(LOCK_VENV)/bin/python -m pip $(PIP_FLAGS)
 lock:
 	rm -rf $(LOCK_VENV)
 	$(PY) -m venv $(LOCK_VENV)
-	$(LOCK_VENV)/bin/python -m pip $(PIP_FLAGS) install --upgrade pip
-	$(LOCK_VENV)/bin/python -m pip $(PIP_FLAGS) install '.[test,apps,cuda,cluster,lint]' hatchling grpcio-tools setuptools
+	$(LOCK_PIP) install --upgrade pip
+	$(LOCK_PIP) install '.[test,apps,cuda,cluster,lint]' hatchling grpcio-tools setuptools
 	{ sed -n '/^#/p' $(LOCK); $(LOCK_VENV)/bin/python -m pip freeze --all --exclude bless --exclude torch \
 		| sort -f; } > $(LOCK).new
 	mv $(LOCK).new $(LOCK)
