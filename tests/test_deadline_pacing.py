@@ -59,7 +59,7 @@ def test_an_overloaded_neighbour_neither_starves_an_app_nor_is_starved(load):
     # deadline's need: within 1 % of ISO under Poisson overload.  Beside BERT's closed loop,
     # whose requests are on time and whose tails are at risk at its quota's pace, as well: a
     # top yields to a tail only where it can still keep its own deadline (1.021x ISO when it
-    # always yielded; experiments/README.md, item 30).
+    # always yielded; experiments/design_log.md, item 30).
     assert r50.mean <= 1.01 * r50.iso_latency
     assert r50.percentile(99) <= 1.15 * r50.iso_latency
     # Beside a busy ResNet50 its requests run at its quota stretched by the interference (~6 %).

@@ -81,3 +81,19 @@ def test_neighbour_load_names_rates_in_multiples_of_the_quota_throughput(paper):
     assert paper.neighbour_load('{"interval":0,"type":"closed"}', 50.0) == "closed loop, think 0 x solo"
     mmpp = '{"duration":4,"dwell":[0.4,0.1],"rate":50,"rates":[0,1],"trace":"mmpp","type":"trace"}'
     assert paper.neighbour_load(mmpp, 50.0) == "MMPP bursts, mean 1x, peaks 5x"
+
+
+def test_the_readmes_headline_is_the_one_generated_from_the_stored_results():
+    """``paper.py headline`` writes both; a figure edited in one and not the other fails here."""
+    module = load_script("experiments/paper.py")
+    readme = (module.HERE / "README.md").read_text()
+    assert module.readme_headline(readme) == (module.RESULTS / "headline.md").read_text().strip("\n")
+
+
+def test_the_readmes_headline_is_replaced_in_place(paper, tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\n{paper.HEADLINE_BEGIN}\nold\n{paper.HEADLINE_END}\n\nafter\n")
+    paper.write_readme_headline(readme, "| new |")
+    assert readme.read_text() == f"# title\n\n{paper.HEADLINE_BEGIN}\n| new |\n{paper.HEADLINE_END}\n\nafter\n"
+    with pytest.raises(ValueError, match="headline markers"):
+        paper.readme_headline("no markers")

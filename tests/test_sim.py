@@ -340,7 +340,7 @@ def test_a_static_split_of_four_apps_on_green_contexts_is_the_split_under_mps_ca
     apart from the others' (``bless.hw.sm_sets``), so GSLICE runs as it does under MPS caps that
     add up to the GPU.  With every app's sets taken from one of the GPU's two ends, the third and
     fourth sat on the first two's SMs: 1.17-1.77x ISO against 1.09-1.24x in 2 s runs
-    (``experiments/README.md``, item 34)."""
+    (``experiments/design_log.md``, item 34)."""
     from bless.harness.config import config_from_dict
     from bless.harness.run import run_config
 

@@ -127,7 +127,7 @@ for, rather than each in a step of its own.  A request then keeps between :data:
 and ``QUEUED + TOP_UP`` windows queued.  Our assumption: with 8 closed loops it cut the
 steps from 612 to 456 (23 kernels a step); the two together, re-run over every experiment,
 moved the Fig. 14 deviation 0.16 -> 0.14 ms and the Fig. 13 deterministic mean 20.6 -> 20.7
-ms (``experiments/README.md``, item 5)."""
+ms (``experiments/design_log.md``, item 5)."""
 
 
 LONE_QUEUED = 0.75
@@ -139,8 +139,8 @@ against a late host.  An app over its share keeps no more: BERT's closed loop be
 its share found 1.5-2.5 windows of it queued unrestricted and ran beside them for the first 1.75
 ms of each request, whose deadline then needed 72-78 SMs lent by the app over its share, served
 at 0.913x its quota's rate (0.928x so); over ``isolation_pairs.py``'s cells the shortfall below
-the due summed 0.57 (0.46 so), no victim over ISO either way (``experiments/README.md``, item
-37).  Our assumption; on quick re-runs of every experiment (BLESS only; ``experiments/README.md``, item
+the due summed 0.57 (0.46 so), no victim over ISO either way (``experiments/design_log.md``, item
+37).  Our assumption; on quick re-runs of every experiment (BLESS only; ``experiments/design_log.md``, item
 17) 0.25 / 0.5 / 0.75 / 1.0 windows gave the Fig. 13 exponential pairs 23.81 / 23.69 / 23.68 /
 23.62 ms with their worst app at 1.008 / 1.011 / 1.009 / 1.016x ISO (1.5: 23.45 ms, 1.014x) and
 Fig. 16's ResNet50 at 0.958 / 0.959 / 0.956 / 0.988x (1.5: 1.029x).  With the lone request in
@@ -160,7 +160,7 @@ assumption; on ``isolation_pairs.py``'s neighbours at 5x (BLESS only) 0.25 / 0.5
 them on average 0.013 / 0.012 / 0.013 / 0.014 below the lesser of 1 and the fluid estimate of
 their best (0.019 at 1.5 windows), with the worst victim at 0.999 / 0.992 / 1.011 / 1.020x ISO
 (0.988x); on quick re-runs of every other experiment's BLESS runs at 0.5, only workload D moved
-(25.97 -> 25.92 ms; ``experiments/README.md``, item 19)."""
+(25.97 -> 25.92 ms; ``experiments/design_log.md``, item 19)."""
 
 
 HOPELESS_KEEP = 0.5
@@ -173,7 +173,7 @@ at seeds 1 and 2 with 26-39 % of its requests late.  Our assumption, measured on
 seeds 1 and 2 (1x and 5x): keeping 0.25 / 0.5 / 0.75 of the quota put BERT at 0.973-0.977 /
 0.975-0.978 / 1.001-1.009x ISO and served VGG11 at 0.95-0.98 / 0.96-0.99 / 0.96-1.00x its
 quota's rate; lending down to the smallest context served VGG11 at 0.95-0.98x and moved
-workload D from 25.92 to 25.99 ms (0.5: 25.95; ``experiments/README.md``, item 21)."""
+workload D from 25.92 to 25.99 ms (0.5: 25.95; ``experiments/design_log.md``, item 21)."""
 
 
 BEST_EFFORT_WINDOW = 0.1
@@ -203,7 +203,7 @@ ARRIVAL_SLACK = 2.0
 """Requests (at the longest latency target among the apps that could arrive with an earlier
 deadline) a top that needs the whole GPU for longer than that target must have the slack for,
 at its quota, to let arrivals pass (:func:`_lets_arrivals_pass`).  Our assumption, measured
-before shorter tops were priced apart (``experiments/README.md``, item 31): at 1 / 2 / 3, of
+before shorter tops were priced apart (``experiments/design_log.md``, item 31): at 1 / 2 / 3, of
 175 random groups of shipped and held-out apps (``random_groups.py``'s generator, seeds
 60-234, BLESS only) 12 / 13 / 14 had a closed loop over ISO by more than 1 % (17 without),
 and on the simulated H100 pairs at uneven quotas NASNet at 1/3 beside VGG11's loop with
@@ -235,7 +235,7 @@ and an unrestricted top is done sooner.  BERT's loop (21 us kernels) beside VGG1
 5x its share: VGG11 served 0.985 of its due unrestricted, 0.963 capped at LENDER_MARGIN; ResNet50
 (35 us) beside BERT at 1x: BERT 0.955 of its due unrestricted, 0.985 capped.  Our assumption, measured
 on quick re-runs (BLESS only, seed 0) of 11 pairs and 9 random groups with overloaded apps
-(``experiments/README.md``, item 36): the overloaded apps' shortfall below their due summed
+(``experiments/design_log.md``, item 36): the overloaded apps' shortfall below their due summed
 0.771 / 0.795 / 0.827 / 0.875 at 0.25 / 0.5 / 1 / 2, 0.856 never unrestricted, 0.963 before
 LENDER_MARGIN."""
 
@@ -391,7 +391,7 @@ def build_deadline_squad(
             # takes the difference from what the top's deadline does not need, where that
             # covers it; else it runs short until the top is done.  VGG11 beside BERT-base's
             # closed loop spent its requests at 60 SMs and ran at 1.08x ISO, on the GPU as on
-            # the simulator (0.95x so; ``experiments/README.md`` item 23).  No window to spare:
+            # the simulator (0.95x so; ``experiments/design_log.md`` item 23).  No window to spare:
             # with one the top rarely had any surplus (1.06-1.07x).
             if surplus_left is None:
                 surplus_left = _surplus(top, now, 0.0)
@@ -523,12 +523,12 @@ def _lets_arrivals_pass(top: PacedRequest, now: float, window: float, arrivals: 
       Inception-v3's closed loop at 3/18 kept BERT's arrivals at 15/18 waiting (1.017-1.018x ISO
       at seeds 0-3; 0.982x so, Inception 0.97x).  For every top, the same pricing put NASNet's loop
       at 1/3 of an H100 beside VGG11's at 2/3 at 1.031x ISO (0.981x): VGG11 came again before
-      NASNet was done (``experiments/README.md``, item 31).
+      NASNet was done (``experiments/design_log.md``, item 31).
 
     An app over its share lets them pass too: its deadlines are its ISO queue's, so slack means
     it is ahead of its quota's throughput.  ResNet50's closed loop at 16/18 beside VGG11 at 2/18
     and 5x its share, which ran far ahead in ResNet50's think time, was 1.084x ISO (28 of 100
-    such shipped pairs over 1 %, none now; ``experiments/README.md``, item 29)."""
+    such shipped pairs over 1 %, none now; ``experiments/design_log.md``, item 29)."""
     if top.best_effort:
         return False
     need = 0.0
@@ -568,7 +568,7 @@ def _tail_at_risk(
     and 5 ms to its deadline, waited 34 ms behind the VGG11 convolutions of a request that
     had just arrived (each holding every SM of an H100 for 3-7 ms), and BERT-base ran at
     1.23x ISO at load B (0.94x when VGG11 yields; measured H200 profiles, green contexts,
-    ``experiments/README.md`` item 23).  A top of an app over its share yields to any such
+    ``experiments/design_log.md`` item 23).  A top of an app over its share yields to any such
     tail: BERT's last window beside VGG11 at 5x its share took up to 1.4x its ISO time.
     Yielding where the tail does not need it costs the top its quota's throughput: a
     synthetic app of 250 us kernels at 5x its share beside one of 30 us kernels
@@ -579,7 +579,7 @@ def _tail_at_risk(
     on the whole GPU with a window to spare: its deadline is a promise too.  BERT's closed loop
     with no think time, at its quota's pace, has a tail at risk at every request; ResNet50's
     closed loop B beside it (``isolation.yaml``) gave way to each and ran at 1.015-1.021x ISO
-    at seeds 0-3, 0.999-1.004x so, BERT no slower (``experiments/README.md``, item 30)."""
+    at seeds 0-3, 0.999-1.004x so, BERT no slower (``experiments/design_log.md``, item 30)."""
     order = None  # the top's place in the order of service (found on first need)
     ttab = top.table
     count: int | None = None  # kernels in the top's next window (found on first need)
@@ -948,8 +948,8 @@ def _misses_alone(p: PacedRequest, now: float) -> bool:
 CAUTION_GAIN = 1.0
 """How fast deadline pacing's caution follows lateness: a request late by its app's whole
 ISO latency takes it from 0 to 1.  Our assumption, the natural unit; the Fig. 13 means with
-exponential think times were 23.79 / 23.97 / 23.97 ms at gains 0.5 / 1 / 2
-(``experiments/README.md``)."""
+exponential think times were 23.79 / 23.97 / 23.97 ms at gains 0.5 / 1 / 2 on quick re-runs early in
+deadline pacing's history (``experiments/design_log.md``, "The BERT pair at A")."""
 
 
 def caution_after(caution: float, lateness: float, target: float, gain: float = CAUTION_GAIN) -> float:

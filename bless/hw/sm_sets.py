@@ -13,7 +13,7 @@ only past what their counts fit; with more, quotas that add up to the GPU get
 homes that do not overlap, where a fixed pair of ends would put every second
 app on the first one's SMs (four apps' static split at their quotas, GSLICE
 on green contexts: 1.28-2.56x ISO on the simulated A100, against 1.10-1.13x
-under MPS caps; ``experiments/README.md``, item 34).  The CUDA backend and the
+under MPS caps; ``experiments/design_log.md``, item 34).  The CUDA backend and the
 simulator place their contexts with the same code.
 """
 

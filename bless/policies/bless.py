@@ -193,7 +193,7 @@ class BlessPolicy(Policy):
         """A lone request runs in its low-priority stream, so an arrival's kernels take the SMs
         as its queued blocks drain (opt-in: it brings Fig. 13's exponential pairs within 1 % of
         ISO but takes an app beside a neighbour's closed loop with no think time over it;
-        ``experiments/README.md``, item 20)."""
+        ``experiments/design_log.md``, item 20)."""
         self.yield_to_arrivals = yield_to_arrivals
         """A top runs in its low-priority stream while another app, idle now, could arrive with an
         earlier deadline and the top can spare that arrival its time (False: the ablation;
@@ -205,7 +205,7 @@ class BlessPolicy(Policy):
         its ISO latency.  On quick re-runs the means of Fig. 13 with exponential think times,
         Fig. 14, Fig. 16 and the SLO runs fell 2-3 %, but the requests later than ISO by more
         than one kernel went from 8.8 to 10.3 %, and ResNet50's p99 beside BERT at 20 requests a
-        second from 1.15x ISO or less to 1.35x (``experiments/README.md``, item 32)."""
+        second from 1.15x ISO or less to 1.35x (``experiments/design_log.md``, item 32)."""
         self._last_limit: dict[int, int | None] = {}
         """Per request id: SM limit of its latest launched kernel."""
         self.determiner: Determiner | None = None
@@ -380,7 +380,7 @@ class BlessPolicy(Policy):
         would take every lead its neighbours give; they keep them.  BERT's closed loop at 1/18
         beside ResNet50 at 12/18 and its quota's throughput and VGG11's loop at 5/18
         (``random_groups.py``, group 23) gave its lead and ran at 1.073x ISO; it keeps it, 1.005x
-        (``experiments/README.md``, item 32)."""
+        (``experiments/design_log.md``, item 32)."""
         lead = self._lead.get(app.index, 0.0)
         if lead <= 0.0 or any(a.backlogged for a in apps if a is not app):
             return 0.0
@@ -491,7 +491,7 @@ def imposed_drain(apps: list[AppState], gpu: GpuSpec) -> dict[int, float]:
     of :func:`bless.profiles.features.drain_seconds` (0 where its profile lacks the launch
     configuration).  VGG11's convolutions, rounds of 0.2-0.7 ms, in the bubbles beside
     BERT-base's 35 us kernels put BERT-base at 1.04x ISO on an H200 (0.98x without the
-    bubbles; ``experiments/README.md``, item 23)."""
+    bubbles; ``experiments/design_log.md``, item 23)."""
     out = {}
     for a in apps:
         full = features.full_gpu_times(a.profile, gpu)

@@ -91,7 +91,7 @@ def busy_sms(profile: Profile, gpu: GpuSpec) -> np.ndarray:
     without it holds all of :func:`max_sms`, whole SMs.  Neither reading alone will do: the
     throughput reading under-states a kernel held back by the memory system or clocks at
     full spread, and the residency reading a latency-bound kernel whose few blocks keep
-    their SMs' pipelines busy (``experiments/README.md``, item 22, measured against an
+    their SMs' pipelines busy (``experiments/design_log.md``, item 22, measured against an
     H200).
     """
     spread = max_sms(profile, gpu)
@@ -130,7 +130,7 @@ DRAIN_SHARE = 0.5
 """Share of a round of its resident blocks that a kernel, on average, waits for an SM those
 blocks fill (:func:`drain_seconds`).  Half a round: blocks placed one after another as slots
 free are, at a random instant, half-way through on average.  Our assumption, not fitted;
-checked against an H200 (``experiments/README.md``, item 23): BLESS's BERT-base beside
+checked against an H200 (``experiments/design_log.md``, item 23): BLESS's BERT-base beside
 VGG11, four variants, mean |GPU - simulator| of each app's mean over ISO 0.112 / 0.032 /
 0.074 / 0.130 without the wait, 0.049 / 0.015 / 0.078 / 0.076 with it (0.031 / 0.022 /
 0.062 / 0.010 at a quarter round); nine other pairs at three loads, 0.060 without, 0.038
