@@ -2,7 +2,7 @@
 
     .venv/bin/python experiments/paper.py fig13            # one experiment (runs its sweep if needed)
     .venv/bin/python experiments/paper.py all --rerun      # every stored result, sweeps re-run (~45 min, 2 cores)
-    .venv/bin/python experiments/paper.py headline         # the headline numbers from the results
+    .venv/bin/python experiments/paper.py headline         # the headline, into results/headline.md and the README
 
 Each experiment is a sweep file ``experiments/<name>.yaml`` (run with
 ``bless sweep``; results under ``experiments/results/<name>/``) plus a table
