@@ -730,21 +730,25 @@ HEADLINE_BEGIN = "<!-- headline: written by `paper.py headline` from results/; e
 HEADLINE_END = "<!-- /headline -->"
 
 
-def readme_headline(readme: str) -> str:
-    """The headline block of ``experiments/README.md``, between its markers."""
+def _headline_span(readme: str) -> tuple[int, int]:
+    """Where the README's headline block lies: from the end of its first marker to its second."""
     begin, end = readme.find(HEADLINE_BEGIN), readme.find(HEADLINE_END)
     if begin < 0 or end < begin:
         raise ValueError(f"the README lacks its headline markers {HEADLINE_BEGIN!r} ... {HEADLINE_END!r}")
-    return readme[begin + len(HEADLINE_BEGIN) : end].strip("\n")
+    return begin + len(HEADLINE_BEGIN), end
+
+
+def readme_headline(readme: str) -> str:
+    """The headline block of ``experiments/README.md``, between its markers."""
+    start, end = _headline_span(readme)
+    return readme[start:end].strip("\n")
 
 
 def write_readme_headline(path: Path, md: str) -> None:
     """Put the generated headline between the README's markers, so that its figures are the results'."""
     readme = path.read_text()
-    old = readme_headline(readme)
-    path.write_text(
-        readme.replace(f"{HEADLINE_BEGIN}\n{old}\n{HEADLINE_END}", f"{HEADLINE_BEGIN}\n{md}\n{HEADLINE_END}")
-    )
+    start, end = _headline_span(readme)
+    path.write_text(f"{readme[:start]}\n{md}\n{readme[end:]}")
 
 
 EXPERIMENTS: dict[str, Callable[[], str]] = {

@@ -95,5 +95,8 @@ def test_the_readmes_headline_is_replaced_in_place(paper, tmp_path):
     readme.write_text(f"# title\n\n{paper.HEADLINE_BEGIN}\nold\n{paper.HEADLINE_END}\n\nafter\n")
     paper.write_readme_headline(readme, "| new |")
     assert readme.read_text() == f"# title\n\n{paper.HEADLINE_BEGIN}\n| new |\n{paper.HEADLINE_END}\n\nafter\n"
+    readme.write_text(f"{paper.HEADLINE_BEGIN}\n\nold, a blank line around it\n\n{paper.HEADLINE_END}\n")
+    paper.write_readme_headline(readme, "| new |")
+    assert readme.read_text() == f"{paper.HEADLINE_BEGIN}\n| new |\n{paper.HEADLINE_END}\n"
     with pytest.raises(ValueError, match="headline markers"):
         paper.readme_headline("no markers")
