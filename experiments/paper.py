@@ -120,12 +120,18 @@ def policies_in(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(r["policy"] for r in rows))
 
 
-def reductions(rows: list[dict], config_key: Callable[[dict], tuple]) -> dict[str, tuple[float, int]]:
-    """BLESS's mean latency reduction (%) over each policy, averaged over configurations both ran."""
+def by_config(rows: list[dict], config_key: Callable[[dict], tuple]) -> dict[tuple, dict[str, float]]:
+    """Each configuration's mean latency per policy, over the runs that finished."""
     by: dict[tuple, dict[str, float]] = {}
     for r in rows:
         if ok(r):
             by.setdefault(config_key(r), {})[r["policy"]] = r["mean_latency_ms"]
+    return by
+
+
+def reductions(rows: list[dict], config_key: Callable[[dict], tuple]) -> dict[str, tuple[float, int]]:
+    """BLESS's mean latency reduction (%) over each policy, averaged over configurations both ran."""
+    by = by_config(rows, config_key)
     out = {}
     for p in policies_in(rows):
         if p == "BLESS":
@@ -635,20 +641,12 @@ def tight_slo(r: dict) -> bool:
 def reduction_of_means(name: str) -> dict[str, float]:
     """BLESS's reduction (%) of the mean latency over an experiment's cells against each baseline's,
     over the cells both ran: what "BLESS's mean below every baseline's" measures."""
-    cells: dict[str, dict[tuple, float]] = {}
-    for r in rows_of(name):
-        if ok(r):
-            cells.setdefault(r["policy"], {})[tuple(v for k, v in r.items() if k.startswith("apps."))] = r[
-                "mean_latency_ms"
-            ]
-    bless = cells["BLESS"]
+    by = by_config(rows_of(name), lambda r: tuple(v for k, v in r.items() if k.startswith("apps.")))
     out = {}
     for p in BASELINES:
-        both = [c for c in cells.get(p, {}) if c in bless]
+        both = [c for c in by.values() if "BLESS" in c and p in c]
         out[p] = (
-            100 * float(1 - np.mean([bless[c] for c in both]) / np.mean([cells[p][c] for c in both]))
-            if both
-            else math.nan
+            100 * float(1 - np.mean([c["BLESS"] for c in both]) / np.mean([c[p] for c in both])) if both else math.nan
         )
     return out
 
@@ -665,11 +663,11 @@ def report_headline() -> str:
     for n in inference:
         rows = rows_of(n)
         keys = [k for k in rows[0] if k.startswith("apps.") or k == "seed"]  # policy parameters are blank for baselines
-        by: dict[tuple, dict[str, float]] = {}
-        for r in rows:
-            if ok(r):
-                by.setdefault(tuple(r.get(k) for k in keys), {})[r["policy"]] = r["mean_latency_ms"]
-        for c in by.values():
+
+        def config(r: dict, keys: list[str] = keys) -> tuple:
+            return tuple(r.get(k) for k in keys)
+
+        for c in by_config(rows, config).values():
             for p in BASELINES:
                 if "BLESS" in c and p in c:
                     every.setdefault(p, []).append(1 - c["BLESS"] / c[p])
