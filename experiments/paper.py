@@ -9,9 +9,10 @@ Each experiment is a sweep file ``experiments/<name>.yaml`` (run with
 (``table.md``) and a figure (``<name>.png``) made here from ``runs.csv``.
 Fig. 17 is its own script (``fig17_squad_duration.py``), and so is the
 priority experiment (``priority.py``); the ablation and H100 sweeps are
-stored as ``bless sweep`` writes them, and six scripts print their tables
+stored as ``bless sweep`` writes them, and eight scripts print their tables
 (``results/<name>.md``: per-request lateness, held-out models, the bound's
-gap, isolation pairs, random groups, overlap feasibility).  Every run is
+gap, isolation pairs and at uneven quotas, saturating loops, random groups,
+overlap feasibility).  Every run is
 deterministic for its seed, so re-running reproduces the tables exactly
 (wall-time columns aside).
 """
@@ -802,6 +803,7 @@ PRINTED = (
     "bound_gap",
     "isolation_pairs",
     "isolation_uneven",
+    "saturation",
     "random_groups",
 )
 """Scripts ``experiments/NAME.py`` that print their tables, stored as ``results/NAME.md``; after

@@ -363,6 +363,46 @@ def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
     assert squad(20.0, backlog=True, head_quota=36.0, head_deadline=85.0) == {0: 18, 1: None}
 
 
+def test_apps_over_their_share_lend_each_other_nothing_and_a_saturated_top_keeps_to_its_quota():
+    """Two apps both over their share are each owed their quota's throughput: the one behind
+    lends the top none of its quota (item 9's lending is for a top whose app is within its
+    share), and once both have been over their share for ``SATURATION_HOLD`` of their latency
+    targets the top keeps to what the other's quota leaves, as a static split would; before
+    that, a burst that may soon drain, it runs unrestricted."""
+    gpu = get_gpu("a100")
+    table = linear_table(gpu, contexts=(18, 36, 54, 72, 90))
+    apps = [AppState(i, f"a{i}", synthetic_profile(gpu=gpu.name, n_kernels=40, seed=i), 0.5) for i in range(2)]
+
+    def squad(saturated=()):
+        for app in apps:
+            app.queue.clear()
+            app.submit(Request(9 + app.index, app, 0.0))
+        # The top's deadline needs 72 SMs, 18 beyond its quota's 54; the other's request cannot
+        # wait a window either (80 s of kernels at its quota).
+        top = PacedRequest(Request(0, apps[0], 0.0), 40.0 * 108 / 72 + 0.5, table, 54.0, 1.0)
+        other = PacedRequest(Request(1, apps[1], 0.0), 79.5, table, 54.0, 1.0)
+        launches = build_deadline_squad([top, other], 0.0, 1.0, saturated=saturated).launches
+        return {launch.request.rid: launch.sm_limit for launch in launches}
+
+    assert squad() == {0: None, 1: 54}  # the other lends nothing (it lent 18 of its 54 before)
+    assert squad(saturated=(0,)) == {0: None, 1: 54}  # one of the two saturated: the top unrestricted
+    assert squad(saturated=(0, 1)) == {0: 54, 1: 54}  # both: a static split at the quotas
+
+
+def test_saturating_closed_loops_are_served_as_a_static_split_serves_them():
+    """ResNet50 and BERT at half the GPU each, two clients each and no think time: both apps
+    are over their share the whole run, each owed its quota's throughput.  BLESS served them
+    0.86 / 0.80 of what the ISO run serves when each lent the other and its unrestricted top
+    took SMs in launch order from the other's context, where GSLICE's static split serves 0.94 /
+    0.90; now each app's mean is within 3 % of GSLICE's."""
+    saturating = {"type": "closed", "interval": 0.0, "clients": 2}
+    apps = [("resnet50", 0.5, saturating), ("bert", 0.5, saturating)]
+    bless = group(apps, duration=3.0).apps
+    gslice = group(apps, policy="gslice", duration=3.0).apps
+    for ours, static in zip(bless, gslice):
+        assert ours.mean <= 1.03 * static.mean, (ours.app, ours.mean / static.mean)
+
+
 def test_the_top_yields_the_sms_to_the_last_kernels_of_a_request_served_before_it():
     """A request with all its kernels launched still needs SMs for those queued: a top served
     after it (its app over its share, or a later deadline) then runs in its unrestricted

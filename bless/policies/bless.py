@@ -21,7 +21,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from bless.backend.interface import HostCosts
-from bless.core.deadline_pacing import CAUTION_GAIN, build_deadline_squad, caution_after, lead_after
+from bless.core.deadline_pacing import (
+    CAUTION_GAIN,
+    SATURATION_HOLD,
+    build_deadline_squad,
+    caution_after,
+    lead_after,
+)
 from bless.core.determiner import Determiner, restricted_count
 from bless.core.lifecycle import AppState, Request
 from bless.core.paced_request import PacedRequest, PaceTable
@@ -231,6 +237,9 @@ class BlessPolicy(Policy):
         top whose app has been late may take SMs from neighbours whose apps have not."""
         self._lead: dict[int, float] = {}
         """Per app index: its lead, seconds (:func:`bless.core.deadline_pacing.lead_after`)."""
+        self._over_since: dict[int, float] = {}
+        """Per app index over its share (requests queued behind its active one): since when,
+        without a break, as the steps saw it (:data:`~bless.core.deadline_pacing.SATURATION_HOLD`)."""
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
         # Contexts already created stay; the level cap only ever goes down so
@@ -251,6 +260,7 @@ class BlessPolicy(Policy):
         self._drains = imposed_drain(apps, gpu)
         self._caution = {a.index: self._caution[a.index] for a in apps if a.index in self._caution}
         self._lead = {a.index: self._lead[a.index] for a in apps if a.index in self._lead}
+        self._over_since = {a.index: self._over_since[a.index] for a in apps if a.index in self._over_since}
         self._paced = {rid: self._rebased(p) for rid, p in self._paced.items()}
 
     def _rebased(self, paced: PacedRequest) -> PacedRequest:
@@ -420,10 +430,25 @@ class BlessPolicy(Policy):
             self.background,
             self.lone_low_priority,
             self._arrivals(now, apps) if self.yield_to_arrivals else (),
+            self._saturated(now, apps),
         )
         for e, row, d in zip(launch.launches, launch.rows, launch.durations):
             known[e.request.rid].decided(now, row, d)
         return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
+
+    def _saturated(self, now: float, apps: list[AppState]) -> list[int]:
+        """The indices of the apps that have been over their share for
+        :data:`~bless.core.deadline_pacing.SATURATION_HOLD` of their latency targets, without a
+        break as the steps saw it (a step runs at least at every request's end)."""
+        since = self._over_since
+        saturated = []
+        for app in apps:
+            i = app.index
+            if not app.backlogged:
+                since.pop(i, None)
+            elif now - since.setdefault(i, now) >= SATURATION_HOLD * app.target:
+                saturated.append(i)
+        return saturated
 
     def _deadline_at(self, app: AppState, arrival: float) -> tuple[float, float]:
         """A request of ``app`` arriving at ``arrival``: its finish in the ISO run of the same
