@@ -237,9 +237,9 @@ class BlessPolicy(Policy):
         top whose app has been late may take SMs from neighbours whose apps have not."""
         self._lead: dict[int, float] = {}
         """Per app index: its lead, seconds (:func:`bless.core.deadline_pacing.lead_after`)."""
-        self._over_since: dict[int, float] = {}
-        """Per app index over its share (requests queued behind its active one): since when,
-        without a break, as the steps saw it (:data:`~bless.core.deadline_pacing.SATURATION_HOLD`)."""
+        self._busy_since: dict[int, float] = {}
+        """Per app index with an active request: since when it has had one at every step, without
+        a gap (:data:`~bless.core.deadline_pacing.SATURATION_HOLD`)."""
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
         # Contexts already created stay; the level cap only ever goes down so
@@ -260,7 +260,7 @@ class BlessPolicy(Policy):
         self._drains = imposed_drain(apps, gpu)
         self._caution = {a.index: self._caution[a.index] for a in apps if a.index in self._caution}
         self._lead = {a.index: self._lead[a.index] for a in apps if a.index in self._lead}
-        self._over_since = {a.index: self._over_since[a.index] for a in apps if a.index in self._over_since}
+        self._busy_since = {a.index: self._busy_since[a.index] for a in apps if a.index in self._busy_since}
         self._paced = {rid: self._rebased(p) for rid, p in self._paced.items()}
 
     def _rebased(self, paced: PacedRequest) -> PacedRequest:
@@ -437,14 +437,14 @@ class BlessPolicy(Policy):
         return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
 
     def _saturated(self, now: float, apps: list[AppState]) -> list[int]:
-        """The indices of the apps that have been over their share for
-        :data:`~bless.core.deadline_pacing.SATURATION_HOLD` of their latency targets, without a
-        break as the steps saw it (a step runs at least at every request's end)."""
-        since = self._over_since
+        """The indices of the apps that have had an active request at every step for
+        :data:`~bless.core.deadline_pacing.SATURATION_HOLD` of their latency targets (a step runs
+        at least at every request's end, so an app idle between two requests is seen idle)."""
+        since = self._busy_since
         saturated = []
         for app in apps:
             i = app.index
-            if not app.backlogged:
+            if app.active is None:
                 since.pop(i, None)
             elif now - since.setdefault(i, now) >= SATURATION_HOLD * app.target:
                 saturated.append(i)
