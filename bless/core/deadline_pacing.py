@@ -455,12 +455,14 @@ def build_deadline_squad(
                 row = smaller
         picked.append((p, row))
         spare -= sms[row] - sms[q]
-    # Every request with kernels to launch of a saturated app: the top keeps to what the others'
-    # quotas' contexts leave, as they keep to theirs (:data:`SATURATION_HOLD`).
-    capped = len(live) > 1 and all(p.request.app.index in saturated for p in live)
+    # Every latency-critical request with kernels to launch of a saturated app: the top keeps to
+    # what the others' quotas' contexts leave, as they keep to theirs (:data:`SATURATION_HOLD`;
+    # a best-effort app is owed no quota).
+    owed = [p for p in live if not p.best_effort]
+    capped = len(owed) > 1 and all(p.request.app.index in saturated for p in owed)
     if capped:
         tab = top.table
-        row = tab.first_row_at_most(tab.sm_count - sum(p.table.row_sms[p.quota_row] for p in live[1:]))
+        row = tab.first_row_at_most(tab.sm_count - sum(p.table.row_sms[p.quota_row] for p in owed[1:]))
         picked[0] = (top, max(row, top.quota_row))
     windows = [window * BEST_EFFORT_WINDOW if p.best_effort else window for p, _ in picked]
     alone = len(live) == 1

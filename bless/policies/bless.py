@@ -437,14 +437,14 @@ class BlessPolicy(Policy):
         return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
 
     def _saturated(self, now: float, apps: list[AppState]) -> list[int]:
-        """The indices of the apps that have had an active request at every step for
+        """The indices of the latency-critical apps that have had an active request at every step for
         :data:`~bless.core.deadline_pacing.SATURATION_HOLD` of their latency targets (a step runs
         at least at every request's end, so an app idle between two requests is seen idle)."""
         since = self._busy_since
         saturated = []
         for app in apps:
             i = app.index
-            if app.active is None:
+            if app.active is None or app.best_effort:
                 since.pop(i, None)
             elif now - since.setdefault(i, now) >= SATURATION_HOLD * app.target:
                 saturated.append(i)
