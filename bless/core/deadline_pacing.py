@@ -459,8 +459,10 @@ def build_deadline_squad(
     # Every latency-critical request with kernels to launch of a saturated app: the top keeps to
     # what the others' quotas' contexts leave, as they keep to theirs (:data:`SATURATION_HOLD`;
     # a best-effort app is owed no quota).
-    owed = [p for p in live if not p.best_effort]
-    capped = len(owed) > 1 and all(p.request.app.index in saturated for p in owed)
+    capped = False
+    if saturated:
+        owed = [p for p in live if not p.best_effort]
+        capped = len(owed) > 1 and all(p.request.app.index in saturated for p in owed)
     if capped:
         tab = top.table
         row = tab.first_row_at_most(tab.sm_count - sum(p.table.row_sms[p.quota_row] for p in owed[1:]))

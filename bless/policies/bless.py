@@ -240,6 +240,8 @@ class BlessPolicy(Policy):
         self._busy_since: dict[int, float] = {}
         """Per app index with an active request: since when it has had one at every step, without
         a gap (:data:`~bless.core.deadline_pacing.SATURATION_HOLD`)."""
+        self._saturation_hold: dict[int, float] = {}
+        """Per app index: how long it must be busy to count as saturated (inf: best-effort)."""
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
         # Contexts already created stay; the level cap only ever goes down so
@@ -261,6 +263,7 @@ class BlessPolicy(Policy):
         self._caution = {a.index: self._caution[a.index] for a in apps if a.index in self._caution}
         self._lead = {a.index: self._lead[a.index] for a in apps if a.index in self._lead}
         self._busy_since = {a.index: self._busy_since[a.index] for a in apps if a.index in self._busy_since}
+        self._saturation_hold = {a.index: math.inf if a.best_effort else SATURATION_HOLD * a.target for a in apps}
         self._paced = {rid: self._rebased(p) for rid, p in self._paced.items()}
 
     def _rebased(self, paced: PacedRequest) -> PacedRequest:
@@ -441,12 +444,13 @@ class BlessPolicy(Policy):
         :data:`~bless.core.deadline_pacing.SATURATION_HOLD` of their latency targets (a step runs
         at least at every request's end, so an app idle between two requests is seen idle)."""
         since = self._busy_since
+        hold = self._saturation_hold
         saturated = []
         for app in apps:
             i = app.index
-            if app.active is None or app.best_effort:
+            if app.active is None:
                 since.pop(i, None)
-            elif now - since.setdefault(i, now) >= SATURATION_HOLD * app.target:
+            elif now - since.setdefault(i, now) >= hold[i]:
                 saturated.append(i)
         return saturated
 
