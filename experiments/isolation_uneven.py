@@ -16,7 +16,6 @@ tolerance).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -25,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from random_groups import SHIPPED, TOLERANCE, Member, run  # sibling script: its runs and measures
+# The sibling script's runs and measures, and its command line for a run of every policy:
+from random_groups import SHIPPED, TOLERANCE, Member, every_policy, policy_arguments, run
 
 POLICIES = ("bless", "gslice", "unbound", "iso")
 QUOTAS = (15, 16)
@@ -50,15 +50,11 @@ def measure(cell: tuple[str, int, float, str], policy: str) -> tuple[float, floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policies")
-    ap.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    args = ap.parse_args(argv)
+    args = policy_arguments(__doc__, POLICIES).parse_args(argv)
     policies = args.policies.split(",")
     every = cells()
-    jobs = [(c, p) for c in every for p in policies]
     with ProcessPoolExecutor(args.jobs) as pool:
-        results = dict(zip(jobs, pool.map(measure, *zip(*jobs))))
+        results = every_policy(pool, measure, every, policies)
     print(
         f"\n## Loop's mean / ISO target; the small app at {TIMES}x its share: service / due (its quota's throughput)\n"
     )

@@ -35,7 +35,8 @@ import argparse
 import random
 import sys
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,11 +164,24 @@ def _service(services: tuple[tuple[float, float], ...]) -> str:
     return f" / {served:.2f} / {due:.2f}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--groups", type=int, default=60, help="how many groups (seeds 0..N-1)")
-    ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policies")
+def policy_arguments(doc: str, policies: Sequence[str]) -> argparse.ArgumentParser:
+    """The command line of a script here that runs its cells under several policies:
+    ``--policies`` (comma-separated, default ``policies``) and ``--jobs`` (runs at a time)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policies", default=",".join(policies), help="comma-separated policies")
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    return ap
+
+
+def every_policy(pool: Executor, measure: Callable, cells: Sequence, policies: Sequence[str]) -> dict:
+    """``measure(cell, policy)`` for every cell under every policy, run in ``pool``, by ``(cell, policy)``."""
+    jobs = [(c, p) for c in cells for p in policies]
+    return dict(zip(jobs, pool.map(measure, *zip(*jobs))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = policy_arguments(__doc__, POLICIES)
+    ap.add_argument("--groups", type=int, default=60, help="how many groups (seeds 0..N-1)")
     args = ap.parse_args(argv)
     policies = args.policies.split(",")
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,13 +16,13 @@ served per second after the warmup, over its quota's throughput, worst app first
 
 from __future__ import annotations
 
-import argparse
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from overlap_feasibility import RequestCurve, rate_points, time_needed  # sibling script: the estimate
+from overlap_feasibility import RequestCurve, rate_points, time_needed  # sibling scripts: the estimate,
+from random_groups import every_policy, policy_arguments  # and the command line and runs of the isolation ones
 
 from bless.core.lifecycle import AppState
 from bless.harness.config import config_from_dict, parse_quota
@@ -69,14 +69,10 @@ def best(group: tuple[tuple[str, str, int], ...]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policies")
-    ap.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    args = ap.parse_args(argv)
+    args = policy_arguments(__doc__, POLICIES).parse_args(argv)
     policies = args.policies.split(",")
-    jobs = [(g, p) for g in GROUPS for p in policies]
     with ProcessPoolExecutor(args.jobs) as pool:
-        results = dict(zip(jobs, pool.map(served, *zip(*jobs))))
+        results = every_policy(pool, served, GROUPS, policies)
         bests = dict(zip(GROUPS, pool.map(best, GROUPS)))
     print("\n## Saturating closed loops: each app's service over its quota's throughput\n")
     print(

@@ -167,8 +167,8 @@ SATURATION_HOLD = 4.0
 """Latency targets (its own) a latency-critical app must have been busy, an active request at
 every step without a gap, before it counts as saturated: while every latency-critical request
 with kernels to launch is of a saturated app, the top keeps to what the others' quotas'
-contexts leave (:func:`build_deadline_squad`).  Every app then asks for at least its quota the whole time, is
-owed its quota's throughput, and none more than another.  An unrestricted top, its kernels
+contexts leave (:func:`build_deadline_squad`).  Every app then asks for at least its quota the
+whole time, is owed its quota's throughput, and none more than another.  An unrestricted top, its kernels
 taking SMs in launch order from the others' contexts, served the closed loops of
 ``experiments/saturation.py`` (every app with two or three clients and no think time) at worst
 0.85 / 0.74 / 0.78 of their quotas' throughput, against a static split's 0.90 / 0.82 / 0.90
