@@ -216,12 +216,17 @@ def main(argv: list[str] | None = None) -> int:
         due = np.array([d for seed in range(len(groups)) for _, d in results[seed, p][1]])
         short = served < due - 0.01
         over = worst > TOLERANCE
+        poisson = (
+            f"{int(np.sum(short))} of {len(served)} Poisson apps served more than 0.01 below their due "
+            f"(at {served.min():.2f}-{served.max():.2f}x their quota's throughput; "
+            f"shortfall {np.mean(np.maximum(due - served, 0)):.3f} on average)"
+            if len(served)
+            else "no group has a Poisson app"
+        )
         print(
             f"{p}: {int(np.sum(over))} of {len(groups)} groups with a closed loop over ISO by "
             f"more than 1 % (worst {worst.max():.3f}, mean of the worst {worst.mean():.3f}); "
-            f"{int(np.sum(short))} of {len(served)} Poisson apps served more than 0.01 below their due "
-            f"(at {served.min():.2f}-{served.max():.2f}x their quota's throughput; "
-            f"shortfall {np.mean(np.maximum(due - served, 0)):.3f} on average).  By reach (above {OUT_OF_REACH} / "
+            f"{poisson}.  By reach (above {OUT_OF_REACH} / "
             f"1-{OUT_OF_REACH} / at most 1): groups over {_by_reach(np.array(reaches)[over])}, Poisson apps short "
             f"{_by_reach(poisson_reach[short])}."
         )
