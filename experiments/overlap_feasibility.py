@@ -8,8 +8,7 @@ request of each app arriving together on an idle GPU, what the best schedule
 could do: the least ``lam`` such that every one finishes by ``lam x`` its ISO
 latency (``T[quota]``).
 
-The model is a fluid one over whole requests (``bless.core.steady_state``, which deadline
-pacing also reads).  At any instant the GPU runs
+The model is a fluid one over whole requests.  At any instant the GPU runs
 some of the requests side by side, each on its own SMs (alone on every SM
 included, idle SMs allowed): pairs at every split of the SMs, larger groups at
 the GPU's partition levels (the linear program's size).  Time may be divided
@@ -51,14 +50,14 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import linprog
 
-from bless.core.steady_state import RequestCurve, rate_points, stretches
 from bless.harness.config import config_from_dict, parse_quota
 from bless.harness.loads import WORKLOAD_INTERVALS, Arrivals
 from bless.harness.run import run_config
 from bless.hw.gpus import GpuSpec, get_gpu
 from bless.hw.interference import InterferenceModel
+from bless.profiles import features
 from bless.profiles.catalog import find_profile
-from bless.profiles.format import load_profile
+from bless.profiles.format import Profile, load_profile
 
 SHIPPED = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
 POLICIES = ("bless", "gslice", "unbound", "temporal", "reef")
@@ -68,6 +67,65 @@ GROUPS = (
     ("four held-out apps", (("mobilenet", "10%"), ("vgg19", "20%"), ("inception", "30%"), ("resnet152", "40%"))),
 )
 """Groups of four apps at Fig. 15's quotas: the shipped mix and one of the held-out models."""
+
+
+@dataclass(frozen=True)
+class RequestCurve:
+    """What the fluid model reads of one app: its request's time and mean DRAM demand per SM count."""
+
+    seconds: np.ndarray
+    """Shape (N + 1,): the request alone with n SMs (index 0: inf)."""
+    dram_seconds: float
+    """Its kernels' DRAM traffic, as seconds of the peak bandwidth."""
+    iso: float
+    """T[quota]: the latency its quota promises."""
+
+    @classmethod
+    def of(cls, profile: Profile, quota: float, gpu: GpuSpec) -> RequestCurve:
+        """One request of ``profile``'s app with ``quota`` of the GPU's SMs."""
+        return cls.with_target(profile, profile.latency_at_quota(quota), gpu)
+
+    @classmethod
+    def with_target(cls, profile: Profile, iso: float, gpu: GpuSpec) -> RequestCurve:
+        """One request of ``profile``'s app whose ISO latency is ``iso`` (as a stored sweep reported it)."""
+        solo = features.solo_curves(profile, gpu)
+        return cls(solo.sum(axis=1), float(features.dram_seconds(profile, solo[-1]).sum()), iso)
+
+
+def stretches(curves: Sequence[RequestCurve], sms: Sequence[int], model: InterferenceModel) -> list[float]:
+    """Each request's slowdown side by side at ``sms[i]`` SMs: the simulated GPU's term with mean demands."""
+    return [float(s) for s in group_rates(curves, np.array([sms]), model)[1][0]]
+
+
+def group_rates(
+    curves: Sequence[RequestCurve], splits: np.ndarray, model: InterferenceModel
+) -> tuple[np.ndarray, np.ndarray]:
+    """Requests per second of each of ``curves`` run side by side at the SM counts of each row
+    of ``splits`` (shape (P, len(curves))), and their stretches: the simulated GPU's
+    interference term with each request's mean DRAM demand at its SM count."""
+    seconds = np.stack([c.seconds[splits[:, j]] for j, c in enumerate(curves)], axis=1)
+    demands = np.array([c.dram_seconds for c in curves]) / seconds
+    stretch = model.stretch(demands, demands.sum(axis=1, keepdims=True))
+    return 1 / (seconds * stretch), stretch
+
+
+def allocations(k: int, units: int) -> np.ndarray:
+    """Shape (P, k): every way to give each of ``k`` requests at least one of ``units`` SM units, some left idle."""
+    cuts = np.array(list(itertools.combinations(range(1, units + 1), k)), dtype=int).reshape(-1, k)
+    return np.diff(cuts, axis=1, prepend=0)
+
+
+def rate_points(curves: Sequence[RequestCurve], sm_count: int, model: InterferenceModel, unit: int = 1) -> np.ndarray:
+    """Shape (P, len(curves)): requests per second of each in every way of running some of them
+    side by side (each alone included), SMs given in multiples of ``unit``, idle ones allowed."""
+    blocks = []
+    for k in range(1, len(curves) + 1):
+        splits = allocations(k, sm_count // unit) * unit
+        for group in itertools.combinations(range(len(curves)), k):
+            block = np.zeros((len(splits), len(curves)))
+            block[:, group] = group_rates([curves[i] for i in group], splits, model)[0]
+            blocks.append(block)
+    return np.concatenate(blocks)
 
 
 def all_meet(points: np.ndarray, deadlines: Sequence[float]) -> bool:

@@ -42,7 +42,6 @@ from pathlib import Path
 
 import numpy as np
 
-from bless.core.steady_state import RequestCurve, rate_points
 from bless.harness.config import config_from_dict
 from bless.harness.run import run_config
 from bless.hw.gpus import get_gpu
@@ -52,7 +51,7 @@ from bless.profiles.catalog import load_app
 sys.path.insert(0, str(Path(__file__).parent))
 import heldout  # sibling scripts: the held-out models' profiles,
 from isolation_pairs import DURATION, WARMUP, over_iso  # the isolation measures
-from overlap_feasibility import closed_loop_ratio  # and the fluid estimate
+from overlap_feasibility import RequestCurve, closed_loop_ratio, rate_points  # and the fluid estimate
 
 SHIPPED = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
 POLICIES = ("bless", "gslice", "unbound", "iso")

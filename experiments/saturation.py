@@ -21,11 +21,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from overlap_feasibility import time_needed  # sibling scripts: the estimate's program,
+from overlap_feasibility import RequestCurve, rate_points, time_needed  # sibling scripts: the estimate,
 from random_groups import every_policy, policy_arguments  # and the command line and runs of the isolation ones
 
 from bless.core.lifecycle import AppState
-from bless.core.steady_state import RequestCurve, rate_points
 from bless.harness.config import config_from_dict, parse_quota
 from bless.harness.run import run_config
 from bless.hw.gpus import get_gpu

@@ -420,21 +420,6 @@ def test_saturating_closed_loops_are_served_as_a_static_split_serves_them(think)
         assert ours.mean <= 1.03 * static.mean, (ours.app, ours.mean / static.mean)
 
 
-def test_four_saturating_apps_are_served_more_than_a_static_split_serves_them():
-    """The issue's "8 saturating clients": ResNet50, BERT, VGG11 and ResNet-101 at a quarter of
-    the GPU each, two clients each with no think time.  A static split at the quotas (GSLICE)
-    serves the worst app 0.82 of its quota's throughput, every app slowed by VGG11's DRAM
-    traffic; capped at the quotas BLESS served it 0.81.  The sharing cycle runs VGG11 alone on
-    the whole GPU for part of each turn and the other three side by side for the rest: 0.86."""
-    saturating = {"type": "closed", "interval": 0.0, "clients": 2}
-    apps = [(model, 0.25, saturating) for model in ("resnet50", "bert", "vgg11", "resnet101")]
-
-    def worst(policy):
-        return min(a.served_rate * a.iso_latency for a in group(apps, policy=policy, duration=3.0).apps)
-
-    assert worst("bless") >= 1.03 * worst("gslice")
-
-
 def test_the_top_yields_the_sms_to_the_last_kernels_of_a_request_served_before_it():
     """A request with all its kernels launched still needs SMs for those queued: a top served
     after it (its app over its share, or a later deadline) then runs in its unrestricted

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from scripts import load_script
 
-from bless.core.steady_state import allocations
 from bless.hw.gpus import get_gpu
 from bless.hw.interference import InterferenceModel
 from bless.profiles.catalog import find_profile
@@ -69,7 +68,7 @@ def test_a_group_of_three_contains_one_after_the_other_and_its_quota_split(fluid
 
 
 def test_allocations_give_every_member_some_sms_and_never_more_than_the_gpu(fluid):
-    ways = allocations(3, 6)
+    ways = fluid.allocations(3, 6)
     assert len(ways) == 20  # C(6, 3)
     assert (ways >= 1).all() and (ways.sum(axis=1) <= 6).all()
     assert len({tuple(w) for w in ways}) == len(ways)

@@ -182,31 +182,6 @@ workload D was 26.16 / 25.93 / 25.89 / 25.89 ms (25.89 never capped), and the sa
 groups' worst apps 0.89 / 0.81-0.82 / 0.90 at each."""
 
 
-SHARING_APPS = 4
-"""Most saturated apps deadline pacing shares the GPU among by a sharing cycle
-(:func:`bless.core.steady_state.sharing_cycle`); with more, the top keeps to what the others'
-quotas' contexts leave (:data:`SATURATION_HOLD`).  The cycle's linear program runs over every
-way of running the apps at the GPU's partition levels the first time they are saturated
-together: 50 ms for four apps on this project's 2-core host, and the ways grow as C(18, k) per
-group of k (1.5 million for eight).  Our assumption: a one-off pause the host can afford up to
-four apps."""
-
-SHARING_PERIOD = 0.1
-"""Seconds one turn of a sharing cycle takes: each way runs for its part of it, in turn.  At
-each switch the requests of the apps a way leaves out keep running the kernels they have
-queued, so a short turn blurs the ways.  Our assumption, measured on
-``experiments/saturation.py``'s three groups (BLESS only, seed 0; ``experiments/design_log.md``,
-item 45): at turns of 0.02 / 0.05 / 0.1 s the worst app was served 0.896 / 0.880 / 0.891 of
-its quota's throughput in the pair, 0.851 / 0.861 / 0.861 in the four apps (0.743 at 0.01 s)."""
-
-SHARING_SHORTEST = 2.0
-"""Windows: a way a sharing cycle gives less of a turn than this is left out (the rest scaled
-up).  A request keeps :data:`QUEUED` windows of kernels queued, so a way that short runs mostly
-the kernels the way before it queued.  Our assumption: the three-app group of
-``experiments/saturation.py`` kept two ways of 0.4 % of a turn each and its worst app went
-from 0.896 to 0.885 of its quota's throughput (``experiments/design_log.md``, item 45)."""
-
-
 HOPELESS_KEEP = 0.5
 """Share of its quota's SMs an app over its share keeps when it lends to a top that misses its
 deadline even on the whole GPU.  Every SM more still shortens such a top's lateness, but it used

@@ -151,24 +151,6 @@ class PacedRequest:
         self.quota_row = self.table.first_row_at_least(self.quota_sms)
         self.rank = (self.deadline, self.request.arrival, self.request.rid)
 
-    def held_to(self, sms: float) -> PacedRequest:
-        """The same request with ``sms`` in place of its quota's SMs, for one step: the share a
-        sharing cycle's way gives its app (:func:`bless.core.steady_state.sharing_cycle`).  The
-        state it reads is shared; what a launch changes is the original's to record."""
-        return PacedRequest(
-            self.request,
-            self.deadline,
-            self.table,
-            sms,
-            self.stretch,
-            self.imposes,
-            self.drains,
-            self.row,
-            self.busy_until,
-            self.windows,
-            self.given,
-        )
-
     def decided(self, now: float, row: int, duration: float) -> None:
         """A window of its kernels, expected to take ``duration``, was decided in the context
         of ``row``: it runs after those queued."""

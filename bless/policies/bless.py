@@ -24,9 +24,6 @@ from bless.backend.interface import HostCosts
 from bless.core.deadline_pacing import (
     CAUTION_GAIN,
     SATURATION_HOLD,
-    SHARING_APPS,
-    SHARING_PERIOD,
-    SHARING_SHORTEST,
     build_deadline_squad,
     caution_after,
     lead_after,
@@ -36,7 +33,6 @@ from bless.core.lifecycle import AppState, Request
 from bless.core.paced_request import PacedRequest, PaceTable
 from bless.core.policy import Decision, Policy, RequestLaunch, SquadEstimate
 from bless.core.scheduler import Squad, build_squad
-from bless.core.steady_state import RequestCurve, SharingCycle, sharing_cycle
 from bless.documents import is_number
 from bless.hw.gpus import N_LEVELS, GpuSpec
 from bless.hw.interference import InterferenceModel
@@ -246,9 +242,6 @@ class BlessPolicy(Policy):
         a gap (:data:`~bless.core.deadline_pacing.SATURATION_HOLD`)."""
         self._saturation_hold: dict[int, float] = {}
         """Per app index: how long it must be busy to count as saturated (inf: best-effort)."""
-        self._cycles: dict[tuple[int, ...], SharingCycle] = {}
-        """Per group of saturated apps (their indices, ascending): the cycle of ways they share the
-        GPU in (:meth:`_shared`), made the first time they are saturated together."""
 
     def setup(self, apps: list[AppState], gpu: GpuSpec) -> None:
         # Contexts already created stay; the level cap only ever goes down so
@@ -271,7 +264,6 @@ class BlessPolicy(Policy):
         self._lead = {a.index: self._lead[a.index] for a in apps if a.index in self._lead}
         self._busy_since = {a.index: self._busy_since[a.index] for a in apps if a.index in self._busy_since}
         self._saturation_hold = {a.index: math.inf if a.best_effort else SATURATION_HOLD * a.target for a in apps}
-        self._cycles = {}
         self._paced = {rid: self._rebased(p) for rid, p in self._paced.items()}
 
     def _rebased(self, paced: PacedRequest) -> PacedRequest:
@@ -430,12 +422,6 @@ class BlessPolicy(Policy):
         for p in state:
             if p.windows:
                 p.observe(now)
-        saturated = self._saturated(now, apps)
-        way_ends = math.inf
-        if saturated:
-            state, way_ends = self._shared(now, state, saturated, apps)
-            if not state:
-                return Decision((), None, wake_at=way_ends)
         launch = build_deadline_squad(
             state,
             now,
@@ -447,71 +433,11 @@ class BlessPolicy(Policy):
             self.background,
             self.lone_low_priority,
             self._arrivals(now, apps) if self.yield_to_arrivals else (),
-            saturated,
+            self._saturated(now, apps),
         )
         for e, row, d in zip(launch.launches, launch.rows, launch.durations):
             known[e.request.rid].decided(now, row, d)
-        return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=min(launch.wake_at, way_ends))
-
-    def _shared(
-        self, now: float, state: list[PacedRequest], saturated: list[int], apps: list[AppState]
-    ) -> tuple[list[PacedRequest], float]:
-        """While every latency-critical app is over its share (requests queued behind its active
-        one) and saturated, at most :data:`~bless.core.deadline_pacing.SHARING_APPS` of them, and
-        two or more have kernels to launch: the requests the group's sharing cycle runs now, each
-        held to its app's SMs in the way in force (the others wait), and when that way ends.
-        Otherwise ``state`` as it is and no end.
-
-        Each of these apps is owed its quota's throughput and none more than another, so their
-        deadlines rank nothing; the cycle (:func:`~bless.core.steady_state.sharing_cycle`) serves
-        the worst-served the most on the steady-state model, where a static split at the quotas
-        is one way among those it weighs (four apps at a quarter each, two clients each:
-        ``saturation.py``'s worst app from 0.81 to 0.86 of its quota's throughput, GSLICE's
-        static split 0.82).  Within a way, the squad keeps the top to what the others' shares
-        leave, as it keeps it to the quotas' (:data:`~bless.core.deadline_pacing.SATURATION_HOLD`).
-        Only over their share: an app with one request at a time has it wait whenever a way
-        leaves it out, and the same four apps with one client each lost by the cycle (their mean
-        service 0.857 -> 0.833, the worst unchanged; ``experiments/design_log.md``, item 45); nor
-        beside a latency-critical app that is not saturated, whose arrivals break the turn
-        (random group 5 of ``random_groups.py``: a Poisson app 0.04 short of its due).
-        """
-        owed = [p for p in state if not p.best_effort and p.request.scheduled < p.table.n_kernels]
-        if (
-            len(owed) < 2
-            or len(saturated) > SHARING_APPS
-            or any(not a.best_effort and (a.index not in saturated or not a.backlogged) for a in apps)
-        ):
-            return state, math.inf
-        key = tuple(sorted(saturated))  # a saturated app whose request has all its kernels launched too
-        cycle = self._cycles.get(key)
-        if cycle is None:
-            cycle = self._cycles[key] = self._sharing_cycle(
-                sorted((a for a in apps if a.index in saturated), key=_index)
-            )
-        shares, ends = cycle.at(now)
-        held = dict(zip(key, shares))
-        out = []
-        for p in state:
-            sms = held.get(p.request.app.index)
-            if sms is None:
-                out.append(p)  # best-effort, or a request with all its kernels launched
-            elif sms:
-                out.append(p.held_to(float(sms)))
-        return out, ends
-
-    def _sharing_cycle(self, group: list[AppState]) -> SharingCycle:
-        """The cycle ``group`` (ascending indices) shares the GPU in while saturated together."""
-        gpu = self.gpu
-        curves = [RequestCurve.with_target(a.profile, a.iso_latency, gpu) for a in group]
-        return sharing_cycle(
-            curves,
-            [round(a.quota * gpu.sm_count) for a in group],
-            gpu.sm_count,
-            InterferenceModel.for_gpu(gpu.name),
-            gpu.sm_count // N_LEVELS,
-            SHARING_PERIOD,
-            SHARING_SHORTEST * self.window,
-        )
+        return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
 
     def _saturated(self, now: float, apps: list[AppState]) -> list[int]:
         """The indices of the latency-critical apps that have had an active request at every step for
@@ -566,10 +492,6 @@ class BlessPolicy(Policy):
             "decide_per_launch": self.decision.per_launch,
             "decide_per_kernel": self.decision.per_kernel,
         }
-
-
-def _index(app: AppState) -> int:
-    return app.index
 
 
 def neighbour_stretch(apps: list[AppState], gpu: GpuSpec) -> dict[int, float]:
