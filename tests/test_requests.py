@@ -52,3 +52,26 @@ def test_policies_that_launch_whole_requests_take_them_in_order(app):
     for r in reqs:
         app.submit(r)
     assert [app.take_queued() for _ in range(4)] == [*reqs, None]
+
+
+def test_an_app_is_busy_from_an_arrival_to_the_end_of_its_last_request(app):
+    assert app.busy_since is None
+    first, second = Request(1, app, 0.002), Request(2, app, 0.003)
+    app.submit(first)
+    app.submit(second)
+    assert app.busy_since == 0.002
+    app.activate()
+    app.finish(first, end=0.004)
+    assert app.busy_since == 0.002  # the second still waits: no gap
+    app.activate()
+    app.finish(second, end=0.005)
+    assert app.busy_since is None
+    back_to_back = Request(3, app, 0.005)  # a closed loop with no think time
+    app.submit(back_to_back)
+    assert app.busy_since == 0.002
+    app.activate()
+    app.finish(back_to_back, end=0.006)
+    later = Request(4, app, 0.007)
+    app.submit(later)
+    assert app.busy_since == 0.007  # a gap: a new busy period
+    assert app.withdraw(later) and app.busy_since is None

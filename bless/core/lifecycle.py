@@ -10,6 +10,7 @@ queue and its active slot.  A request's :attr:`Request.state` follows.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
@@ -125,6 +126,12 @@ class AppState:
     """Shape (K+1,): expected time from request start to the end of kernel i-1 at the quota."""
     iso_latency: float = field(init=False)
     """T[quota]: the isolated latency the quota promises."""
+    _in_system: int = field(init=False, repr=False)
+    """Requests submitted and not yet finished or withdrawn."""
+    _busy_from: float = field(init=False, repr=False)
+    """When the current busy period began (meaningful while ``_in_system``)."""
+    _idle_at: float = field(init=False, repr=False)
+    """When the app last had no request left (-inf: never busy, or its last was withdrawn)."""
 
     def fresh(self, index: int) -> AppState:
         """The same app (profile, quota, SLO, priority) as number ``index``, with nothing queued
@@ -139,6 +146,10 @@ class AppState:
                 f"priority of app {self.name!r} must be one of {', '.join(PRIORITIES)}, got {self.priority!r}"
             )
         self.set_quota(self.quota)
+        # Set here, not as field defaults: mypyc's compiled dataclasses leave those unset.
+        self._in_system = 0
+        self._busy_from = math.nan
+        self._idle_at = -math.inf
 
     def set_quota(self, quota: float) -> None:
         """Change the quota; the isolated schedule the scheduler paces against follows."""
@@ -164,9 +175,25 @@ class AppState:
         """The latency the scheduler paces this app against (SLO if set, else ISO)."""
         return self.slo if self.slo is not None else self.iso_latency
 
+    @property
+    def busy_since(self) -> float | None:
+        """Since when the app has had a request submitted and not finished, without a gap;
+        None while it has none.  A request arriving at the instant the app's last one ended
+        continues the busy period: a closed loop with no think time is never idle."""
+        return self._busy_from if self._in_system else None
+
     def submit(self, request: Request) -> None:
         """A request arrived: it queues behind the app's earlier ones."""
+        if not self._in_system and request.arrival > self._idle_at:
+            self._busy_from = request.arrival
+        self._in_system += 1
         self.queue.append(request)
+
+    def _left(self, at: float) -> None:
+        """One request left the app (finished at ``at``, or withdrawn: -inf)."""
+        self._in_system -= 1
+        if not self._in_system:
+            self._idle_at = at
 
     def activate(self) -> Request | None:
         """Make the oldest queued request active if none is (one active request per app)."""
@@ -194,6 +221,7 @@ class AppState:
         request.failed = error or request.failed
         self.running.pop(request, None)
         self.release(request)
+        self._left(end)
 
     def withdraw(self, request: Request) -> bool:
         """Take out ``request`` if none of its kernels launched; False if it already runs."""
@@ -204,6 +232,7 @@ class AppState:
         else:
             return False
         request.withdrawn = True
+        self._left(-math.inf)
         return True
 
     def drain(self) -> list[Request]:

@@ -237,9 +237,6 @@ class BlessPolicy(Policy):
         top whose app has been late may take SMs from neighbours whose apps have not."""
         self._lead: dict[int, float] = {}
         """Per app index: its lead, seconds (:func:`bless.core.deadline_pacing.lead_after`)."""
-        self._busy_since: dict[int, float] = {}
-        """Per app index with an active request: since when it has had one at every step, without
-        a gap (:data:`~bless.core.deadline_pacing.SATURATION_HOLD`)."""
         self._saturation_hold: dict[int, float] = {}
         """Per app index: how long it must be busy to count as saturated (inf: best-effort)."""
 
@@ -262,7 +259,6 @@ class BlessPolicy(Policy):
         self._drains = imposed_drain(apps, gpu)
         self._caution = {a.index: self._caution[a.index] for a in apps if a.index in self._caution}
         self._lead = {a.index: self._lead[a.index] for a in apps if a.index in self._lead}
-        self._busy_since = {a.index: self._busy_since[a.index] for a in apps if a.index in self._busy_since}
         self._saturation_hold = {a.index: math.inf if a.best_effort else SATURATION_HOLD * a.target for a in apps}
         self._paced = {rid: self._rebased(p) for rid, p in self._paced.items()}
 
@@ -440,18 +436,15 @@ class BlessPolicy(Policy):
         return Decision(launch.launches, launch.launch_of_kernel or None, wake_at=launch.wake_at)
 
     def _saturated(self, now: float, apps: list[AppState]) -> list[int]:
-        """The indices of the latency-critical apps that have had an active request at every step for
-        :data:`~bless.core.deadline_pacing.SATURATION_HOLD` of their latency targets (a step runs
-        at least at every request's end, so an app idle between two requests is seen idle)."""
-        since = self._busy_since
+        """The indices of the latency-critical apps that have had a request in the system
+        without a gap (:attr:`~bless.core.lifecycle.AppState.busy_since`) for
+        :data:`~bless.core.deadline_pacing.SATURATION_HOLD` of their latency targets."""
         hold = self._saturation_hold
         saturated = []
         for app in apps:
-            i = app.index
-            if app.active is None:
-                since.pop(i, None)
-            elif now - since.setdefault(i, now) >= hold[i]:
-                saturated.append(i)
+            since = app.busy_since
+            if since is not None and now - since >= hold[app.index]:
+                saturated.append(app.index)
         return saturated
 
     def _deadline_at(self, app: AppState, arrival: float) -> tuple[float, float]:
