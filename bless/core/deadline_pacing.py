@@ -91,7 +91,6 @@ shortens latency most:
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -745,20 +744,37 @@ def _start_order(entries: list[RequestLaunch], lines: list[list[float]]) -> tupl
     """The launch of each kernel, kernels in the order they would start alone in their
     contexts from now (``lines[j]``: launch j's context row; ties: the earlier launch first).
 
-    Each launch's starts rise with its kernels (a row is a prefix sum), so a stable sort of
-    every kernel's start, launches concatenated in order, is the merge of the launches'
-    kernels that breaks ties by launch.  The sort and the subtractions run in C (a merge loop
-    in Python took twice as long): this runs at every step that launches two requests or
-    more, on the host's critical path."""
+    Each launch's starts rise with its kernels (a row is a prefix sum), so the order is a
+    merge of the launches' kernels: each next kernel is the earliest next start of any launch.
+    A merge of typed integers and floats, not a sort with a key function: it runs at every
+    step that launches two requests or more, on the host's critical path."""
     if len(entries) == 1:
         return (0,) * entries[0].count
-    starts: list[float] = []  # each kernel's start, from its launch's first
-    owner: list[int] = []  # each kernel's launch
-    for j, (e, line) in enumerate(zip(entries, lines)):
-        first = e.start
-        starts += map(operator.sub, line[first : first + e.count], itertools.repeat(line[first]))
-        owner += itertools.repeat(j, e.count)
-    return tuple(map(owner.__getitem__, sorted(range(len(starts)), key=starts.__getitem__)))
+    heads: list[int] = []  # each launch's next kernel
+    ends: list[int] = []
+    bases: list[float] = []  # when each launch's first kernel starts in its row
+    nexts: list[float] = []  # when each launch's next kernel starts, from its first (inf: none left)
+    total = 0
+    for e, line in zip(entries, lines):
+        heads.append(e.start)
+        ends.append(e.start + e.count)
+        bases.append(line[e.start])
+        nexts.append(0.0 if e.count else math.inf)
+        total += e.count
+    order: list[int] = []
+    n = len(entries)
+    for _ in range(total):
+        best = 0
+        best_start = nexts[0]
+        for j in range(1, n):
+            if nexts[j] < best_start:
+                best = j
+                best_start = nexts[j]
+        order.append(best)
+        k = heads[best] + 1
+        heads[best] = k
+        nexts[best] = lines[best][k] - bases[best] if k < ends[best] else math.inf
+    return tuple(order)
 
 
 def _window_count(p: PacedRequest, row: int, window: float) -> int:
