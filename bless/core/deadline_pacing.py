@@ -164,10 +164,10 @@ their best (0.019 at 1.5 windows), with the worst victim at 0.999 / 0.992 / 1.01
 
 
 SATURATION_HOLD = 4.0
-"""Latency targets (its own) a latency-critical app must have been busy, a request in the system
-without a gap (:attr:`~bless.core.lifecycle.AppState.busy_since`), before it counts as saturated: while every latency-critical request
-with kernels to launch is of a saturated app, the top keeps to what the others' quotas'
-contexts leave (:func:`build_deadline_squad`).  Every app then asks for at least its quota the
+"""Latency targets (its own) a latency-critical app must have been busy, a request in the
+system without a gap (:attr:`~bless.core.lifecycle.AppState.busy_since`), before it counts as
+saturated: while every latency-critical request with kernels to launch is of a saturated app,
+the top keeps to what the others' quotas' contexts leave (:func:`build_deadline_squad`).  Every app then asks for at least its quota the
 whole time, is owed its quota's throughput, and none more than another.  An unrestricted top, its kernels
 taking SMs in launch order from the others' contexts, served the closed loops of
 ``experiments/saturation.py`` (every app with two or three clients and no think time) at worst
