@@ -385,7 +385,7 @@ class BlessPolicy(Policy):
     def _lead_given(self, app: AppState, arrival: float, deadline: float, apps: list[AppState]) -> float:
         """Seconds of ``app``'s lead its request arriving at ``arrival``, with ISO deadline
         ``deadline``, takes as a later deadline: all of it, within its SLO, unless another app
-        is over its share.  An overloaded app's deadlines are its ISO queue's, far behind, so it
+        has requests queued.  An overloaded app's deadlines are its ISO queue's, far behind, so it
         would take every lead its neighbours give; they keep them.  BERT's closed loop at 1/18
         beside ResNet50 at 12/18 and its quota's throughput and VGG11's loop at 5/18
         (``random_groups.py``, group 23) gave its lead and ran at 1.073x ISO; it keeps it, 1.005x
