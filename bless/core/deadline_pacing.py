@@ -40,9 +40,9 @@ shortens latency most:
   urgent neighbours whose apps are over their share (requests queue behind
   them, and have for a while: :func:`_over_share`), whatever their deadlines
   and from whatever context their deadlines gave them: what their quotas
-  promise them is throughput, and the top's app gives the GPU back when it is idle (a top that
-  misses its deadline even on the whole GPU takes all but half their quota:
-  each SM still shortens its lateness); and, if
+  promise them is throughput, and the top's app gives the GPU back when it is
+  idle (a top that misses its deadline even on the whole GPU takes all but
+  half their quota: each SM still shortens its lateness); and, if
   its app has been finishing late (its caution), from urgent neighbours whose
   apps have kept their deadlines, each down to a smaller context only where,
   slowed there until the top is done and on the whole GPU after, it still
