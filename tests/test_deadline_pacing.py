@@ -370,9 +370,9 @@ def test_an_app_over_its_share_yields_the_top_and_lends_to_it():
         return {launch.request.rid: "bubbles" if launch.low_priority else launch.sm_limit for launch in launches}
 
     assert squad(90.0, backlog=True) == {0: 54, 1: None}  # behind the later deadline, at its quota
-    assert squad(90.0, backlog=False) == {0: None, 1: "bubbles"}  # within its share: the top; the other waits
+    # Within its share (busy for long, nothing queued): the top; the other waits.
+    assert squad(90.0, backlog=False) == {0: None, 1: "bubbles"}
     assert squad(90.0, backlog=True, held=False) == {0: None, 1: "bubbles"}  # a burst: the top too
-    assert squad(90.0, backlog=False, held=True) == {0: None, 1: "bubbles"}  # busy, nothing queued: the same
     assert squad(20.0, backlog=True) == {0: 36, 1: None}  # lends the 18 SMs the top's deadline needs
     assert squad(18.5, backlog=True) == {0: 36, 1: None}  # exactly: the top's app has not been late
     assert squad(20.0, backlog=False) == {0: 54, 1: None}  # an on-time app lends only to a late top

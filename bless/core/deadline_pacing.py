@@ -167,15 +167,16 @@ SATURATION_HOLD = 4.0
 """Latency targets (its own) a latency-critical app must have been busy, a request in the
 system without a gap (:attr:`~bless.core.lifecycle.AppState.busy_since`), before it counts as
 saturated: while every latency-critical request with kernels to launch is of a saturated app,
-the top keeps to what the others' quotas' contexts leave (:func:`build_deadline_squad`).  Every app then asks for at least its quota the
-whole time, is owed its quota's throughput, and none more than another.  An unrestricted top, its kernels
-taking SMs in launch order from the others' contexts, served the closed loops of
-``experiments/saturation.py`` (every app with two or three clients and no think time) at worst
-0.85 / 0.74 / 0.78 of their quotas' throughput, against a static split's 0.90 / 0.82 / 0.90
-(GSLICE); capped, 0.89 / 0.81 / 0.90.  Busy, not over its share (requests queued behind the
-active one): a client's round trip empties the queue at every answer, and four apps of two
-clients each thinking a tenth of their solo latency never counted as over their share for
-long (worst app 0.68x its ISO run's throughput; busy, 0.78; GSLICE 0.79).  A burst that soon
+the top keeps to what the others' quotas' contexts leave (:func:`build_deadline_squad`).
+Every app then asks for at least its quota the whole time, is owed its quota's throughput, and
+none more than another.  An unrestricted top, its kernels taking SMs in launch order from the
+others' contexts, served the closed loops of ``experiments/saturation.py`` (every app with two
+or three clients and no think time) at worst 0.85 / 0.74 / 0.78 of their quotas' throughput,
+against a static split's 0.90 / 0.82 / 0.90 (GSLICE); capped, 0.89 / 0.81 / 0.90.  Busy, not
+with requests queued behind the active one: a client's round trip empties the queue at every
+answer, and four apps of two clients each thinking a tenth of their solo latency never had
+requests queued for long (worst app 0.68x its ISO run's throughput gated on a queue; busy,
+0.78; GSLICE 0.79).  A burst that soon
 drains is the other case: there a fast top lowers the mean.  Our assumption, measured on quick
 re-runs (BLESS only, seed 0; ``experiments/design_log.md``, item 43): at 1 / 2 / 4 / 8 targets
 workload D was 26.16 / 25.93 / 25.89 / 25.89 ms (25.89 never capped), and the saturated
@@ -359,8 +360,8 @@ def build_deadline_squad(
     the low-priority stream of its unrestricted context, so that an arrival's kernels take the
     SMs as its blocks drain instead of queueing behind them.  ``saturated``: the indices of the
     latency-critical apps busy without a gap for :data:`SATURATION_HOLD` of their latency
-    targets.  An app over its share lends only to a top whose app is neither over its share nor
-    saturated.
+    targets.  An app over its share lends only to a top whose app is not saturated (over its
+    share or not: :func:`_over_share`).
     """
     if window <= 0:
         raise ValueError(f"window must be > 0 seconds, got {window}")
