@@ -8,6 +8,11 @@ by more than one kernel (the app's longest kernel at its quota) and the p99
 of the lateness, per experiment cell.  Closed loops have one request in
 flight, so ``F = arrival + T[quota]``; open loops queue as ISO would.
 
+The ISO policy's own run is reported beside the others: each app alone on a GPU of its own,
+at the SMs its quota's context is granted.  Where it is late, ``T[quota]`` (the profile at the
+quota's exact SM count) is more than the restriction mechanism grants (whole TPCs under MPS:
+10 SMs for a tenth of an A100's 108), not a neighbour's doing.
+
     python experiments/per_request.py              # Fig. 13 pairs, isolation, Fig. 15 (4 apps); ~2 min
 """
 
@@ -24,7 +29,7 @@ from bless.harness.run import run_config
 from bless.profiles.catalog import load_app
 
 APPS = ("vgg11", "resnet50", "resnet101", "nasnet", "bert")
-POLICIES = ("bless", "gslice", "unbound")
+POLICIES = ("bless", "gslice", "unbound", "iso")
 
 
 def cells() -> list[tuple[str, list[dict]]]:

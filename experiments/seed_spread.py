@@ -1,0 +1,111 @@
+"""How much a comparison of policies on one experiment moves with the seed alone.
+
+Each experiment is stored at one seed (its YAML's ``seed``).  The seed draws the arrivals
+(Poisson times, a trace's arrivals inside its buckets, exponential think times) and the kernel
+noise, so a difference between two policies smaller than its spread over seeds says nothing
+about which is faster.  This script re-runs every cell of an experiment under each policy at
+each seed and reports the experiment's mean latency (the mean over its cells of each run's
+mean over apps, as ``paper.py`` reports it), per seed and on average, and each policy's
+difference to the first one, per seed, with its range and its mean.
+
+    python experiments/seed_spread.py workload_d --policies bless,unbound --seeds 0-5 \\
+        > experiments/results/workload_d_seeds.md      # ~12 min on 2 cores
+
+Needs the shared measurements for trace-driven experiments (``../shared/data`` or
+``$BLESS_SHARED_DATA``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bless.harness.config import config_from_dict
+from bless.harness.run import run_config
+from bless.harness.sweep import load_sweep
+
+HERE = Path(__file__).parent
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0-5`` or ``0,3,7`` (or a mix: ``0-2,9``) as a list of seeds."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        try:
+            seeds += range(int(first), int(last or first) + 1)
+        except ValueError:
+            raise SystemExit(f"--seeds: {part!r} is neither a seed nor a range like 0-5") from None
+    if not seeds:
+        raise SystemExit("--seeds: give at least one seed, e.g. 0-5")
+    return seeds
+
+
+def cells(experiment: str) -> list[dict[str, Any]]:
+    """The experiment's distinct run configurations with the policy left out."""
+    out: list[dict[str, Any]] = []
+    seen = set()
+    for _, raw in load_sweep(HERE / f"{experiment}.yaml").runs():
+        raw.pop("policy", None)
+        key = json.dumps(raw, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append(raw)
+    return out
+
+
+def mean_latency(cell: dict[str, Any], policy: str, seed: int) -> float:
+    """One run's mean latency over its apps (seconds)."""
+    raw = copy.deepcopy(cell)
+    raw.update(policy=policy, seed=seed)
+    result = run_config(config_from_dict(raw))
+    return float(np.mean([app.mean for app in result.apps]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("experiment", help="an experiment's name: experiments/<name>.yaml")
+    ap.add_argument("--policies", default="bless,unbound", help="comma-separated; the first is compared to the others")
+    ap.add_argument("--seeds", default="0-5", help="seeds, e.g. 0-5 or 0,3,7 (default 0-5)")
+    ap.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    args = ap.parse_args(argv)
+    if not (HERE / f"{args.experiment}.yaml").is_file():
+        raise SystemExit(f"experiment: no experiments/{args.experiment}.yaml")
+    policies = [p for p in args.policies.split(",") if p]
+    if len(policies) < 2:
+        raise SystemExit("--policies: give at least two policies to compare, e.g. bless,unbound")
+    seeds = parse_seeds(args.seeds)
+    runs = cells(args.experiment)
+    jobs = [(c, p, s) for s in seeds for p in policies for c in runs]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        latencies = list(pool.map(mean_latency, *zip(*jobs)))
+    means = np.array(latencies).reshape(len(seeds), len(policies), len(runs)).mean(axis=2) * 1e3  # ms
+    first = policies[0]
+    print(f"## {args.experiment}: mean latency (ms) over its {len(runs)} cells, per seed\n")
+    print("| seed | " + " | ".join(policies) + " | " + " | ".join(f"{first} vs {p}" for p in policies[1:]) + " |")
+    print("|---|" + "---|" * (2 * len(policies) - 1))
+    for s, row in zip(seeds, means):
+        diffs = [f"{row[0] / row[j] - 1:+.2%}" for j in range(1, len(policies))]
+        print(f"| {s} | " + " | ".join(f"{v:.3f}" for v in row) + " | " + " | ".join(diffs) + " |")
+    avg = means.mean(axis=0)
+    diffs = [f"{avg[0] / avg[j] - 1:+.2%}" for j in range(1, len(policies))]
+    print("| **mean** | " + " | ".join(f"{v:.3f}" for v in avg) + " | " + " | ".join(diffs) + " |")
+    print()
+    for j, p in enumerate(policies[1:], start=1):
+        rel = means[:, 0] / means[:, j] - 1
+        print(
+            f"{first} vs {p}: below it at {int(np.sum(rel < 0))} of {len(seeds)} seeds; "
+            f"per seed {rel.min():+.2%} to {rel.max():+.2%}, standard deviation {rel.std(ddof=1) if len(rel) > 1 else 0:.2%}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""experiments/seed_spread.py: an experiment's policies compared seed by seed, on a tiny sweep."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from scripts import load_script
+
+SWEEP = {
+    "name": "tiny",
+    "base": {
+        "gpu": "a100",
+        "duration": 0.4,
+        "warmup": 0.1,
+        "seed": 0,
+        "noise": 0.02,
+        "apps": [
+            {"app": "resnet50", "quota": 0.5, "load": "poisson:40"},
+            {"app": "bert", "quota": 0.5, "load": "B"},
+        ],
+    },
+    "grid": {"policy": ["bless", "gslice", "unbound"], "apps.0.load": ["poisson:40", "poisson:60"]},
+}
+
+
+@pytest.fixture(scope="module")
+def spread(tmp_path_factory):
+    """seed_spread.py reading its experiments from a temporary folder that holds the tiny sweep."""
+    module = load_script("experiments/seed_spread.py")
+    here = tmp_path_factory.mktemp("experiments")
+    (here / "tiny.yaml").write_text(yaml.safe_dump(SWEEP))
+    module.HERE = here
+    return module
+
+
+def rows(text: str) -> dict[str, list[str]]:
+    return {
+        r[0].strip(): [c.strip() for c in r[1:]]
+        for r in (line.strip("|").split("|") for line in text.splitlines() if line.startswith("|"))
+        if not r[0].startswith("---")
+    }
+
+
+def test_seeds_read_as_ranges_and_lists(spread):
+    assert spread.parse_seeds("0-3") == [0, 1, 2, 3]
+    assert spread.parse_seeds("0-1,7") == [0, 1, 7]
+    with pytest.raises(SystemExit, match="--seeds: 'x' is neither a seed nor a range"):
+        spread.parse_seeds("x")
+
+
+def test_the_policy_dimension_collapses_to_the_experiments_cells(spread):
+    cells = spread.cells("tiny")
+    assert len(cells) == 2 and all("policy" not in c for c in cells)
+
+
+def test_each_seed_is_deterministic_and_the_mean_is_over_the_seeds(spread, capsys):
+    argv = ["tiny", "--policies", "bless,unbound", "--seeds", "0-1", "--jobs", "1"]
+    assert spread.main(argv) == 0
+    first = capsys.readouterr().out
+    assert spread.main(argv) == 0
+    assert capsys.readouterr().out == first  # the same seeds, the same report
+    table = rows(first)
+    assert set(table) == {"seed", "0", "1", "**mean**"}
+    per_seed = [[float(v) for v in table[s][:2]] for s in ("0", "1")]
+    assert per_seed[0] != per_seed[1]  # the seed draws the arrivals and the noise
+    means = [float(v) for v in table["**mean**"][:2]]
+    assert means == pytest.approx([(a + b) / 2 for a, b in zip(*per_seed)], abs=1e-3)
+    difference = float(table["0"][2].rstrip("%")) / 100  # bless over unbound, less 1, from unrounded means
+    assert difference == pytest.approx(per_seed[0][0] / per_seed[0][1] - 1, abs=1e-4)
+    assert "bless vs unbound: below it at " in first and " of 2 seeds" in first
+
+
+def test_bad_arguments_name_the_fix(spread):
+    with pytest.raises(SystemExit, match="no experiments/nope.yaml"):
+        spread.main(["nope"])
+    with pytest.raises(SystemExit, match="at least two policies"):
+        spread.main(["tiny", "--policies", "bless"])
