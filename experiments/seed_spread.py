@@ -4,12 +4,15 @@ Each experiment is stored at one seed (its YAML's ``seed``).  The seed draws the
 (Poisson times, a trace's arrivals inside its buckets, exponential think times) and the kernel
 noise, so a difference between two policies smaller than its spread over seeds says nothing
 about which is faster.  This script re-runs every cell of an experiment under each policy at
-each seed and reports the experiment's mean latency (the mean over its cells of each run's
-mean over apps, as ``paper.py`` reports it), per seed and on average, and each policy's
+each seed and reports a metric of the runs' summaries (``--metric``: by default the mean
+latency over apps, ``latency_deviation_ms`` for Fig. 14's measure) averaged over the
+experiment's cells, as ``paper.py`` averages it, per seed and on average, and each policy's
 difference to the first one, per seed, with its range and its mean.
 
     python experiments/seed_spread.py workload_d --policies bless,unbound --seeds 0-5 \\
         > experiments/results/workload_d_seeds.md      # ~12 min on 2 cores
+    python experiments/seed_spread.py fig14 --metric latency_deviation_ms \\
+        --policies bless,temporal,gslice,unbound,reef --seeds 0-5
 
 Needs the shared measurements for trace-driven experiments (``../shared/data`` or
 ``$BLESS_SHARED_DATA``).
@@ -61,12 +64,16 @@ def cells(experiment: str) -> list[dict[str, Any]]:
     return out
 
 
-def mean_latency(cell: dict[str, Any], policy: str, seed: int) -> float:
-    """One run's mean latency over its apps (seconds)."""
+def measure(cell: dict[str, Any], policy: str, seed: int, metric: str) -> float:
+    """One run's ``metric`` (a key of :meth:`~bless.harness.results.RunResult.summary`)."""
     raw = copy.deepcopy(cell)
     raw.update(policy=policy, seed=seed)
-    result = run_config(config_from_dict(raw))
-    return float(np.mean([app.mean for app in result.apps]))
+    summary = run_config(config_from_dict(raw)).summary()
+    value = summary.get(metric)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        known = ", ".join(k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+        raise SystemExit(f"--metric: {metric!r} is not a number of a run's summary; use one of: {known}")
+    return float(value)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("experiment", help="an experiment's name: experiments/<name>.yaml")
     ap.add_argument("--policies", default="bless,unbound", help="comma-separated; the first is compared to the others")
     ap.add_argument("--seeds", default="0-5", help="seeds, e.g. 0-5 or 0,3,7 (default 0-5)")
+    ap.add_argument(
+        "--metric", default="mean_latency_ms", help="a run summary's number to compare (default mean_latency_ms)"
+    )
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time")
     args = ap.parse_args(argv)
     if not (HERE / f"{args.experiment}.yaml").is_file():
@@ -83,12 +93,14 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--policies: give at least two policies to compare, e.g. bless,unbound")
     seeds = parse_seeds(args.seeds)
     runs = cells(args.experiment)
-    jobs = [(c, p, s) for s in seeds for p in policies for c in runs]
-    with ProcessPoolExecutor(args.jobs) as pool:
-        latencies = list(pool.map(mean_latency, *zip(*jobs)))
-    means = np.array(latencies).reshape(len(seeds), len(policies), len(runs)).mean(axis=2) * 1e3  # ms
+    jobs = [(c, p, s, args.metric) for s in seeds for p in policies for c in runs]
+    values = [measure(*jobs[0])]  # here, so that a metric no run has stops with its message
+    if len(jobs) > 1:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            values += pool.map(measure, *zip(*jobs[1:]))
+    means = np.array(values).reshape(len(seeds), len(policies), len(runs)).mean(axis=2)
     first = policies[0]
-    print(f"## {args.experiment}: mean latency (ms) over its {len(runs)} cells, per seed\n")
+    print(f"## {args.experiment}: {args.metric}, the mean over its {len(runs)} cells, per seed\n")
     print("| seed | " + " | ".join(policies) + " | " + " | ".join(f"{first} vs {p}" for p in policies[1:]) + " |")
     print("|---|" + "---|" * (2 * len(policies) - 1))
     for s, row in zip(seeds, means):

@@ -3,50 +3,25 @@
 from __future__ import annotations
 
 import pytest
-import yaml
-from scripts import load_script
+from scripts import load_script, markdown_rows, with_tiny_experiment
 
 from bless.harness.bound import bound_for_config
 from bless.harness.config import config_from_dict
 from bless.harness.sweep import load_sweep, run_sweep
 
-SWEEP = {
-    "name": "tiny",
-    "base": {
-        "gpu": "a100",
-        "duration": 0.4,
-        "warmup": 0.1,
-        "seed": 0,
-        "noise": 0.0,
-        "apps": [
-            {"app": "resnet50", "quota": 0.5, "load": "poisson:40"},
-            {"app": "bert", "quota": 0.5, "load": "poisson:20"},
-        ],
-    },
-    "grid": {"policy": ["bless", "unbound", "iso"], "apps.1.load": ["poisson:20", "B"]},
-}
-
 
 @pytest.fixture(scope="module")
 def paper(tmp_path_factory):
     """paper.py with its sweep files and results in a temporary folder that holds the tiny sweep, run."""
-    module = load_script("experiments/paper.py")
-    here = tmp_path_factory.mktemp("experiments")
-    (here / "tiny.yaml").write_text(yaml.safe_dump(SWEEP))
-    module.HERE, module.RESULTS = here, here / "results"
-    run_sweep(load_sweep(here / "tiny.yaml"), module.RESULTS / "tiny", jobs=1, plot=False)
+    module = with_tiny_experiment("experiments/paper.py", tmp_path_factory.mktemp("experiments"))
+    module.RESULTS = module.HERE / "results"
+    run_sweep(load_sweep(module.HERE / "tiny.yaml"), module.RESULTS / "tiny", jobs=1, plot=False)
     return module
-
-
-def cells(section: str) -> dict[str, list[str]]:
-    """The table of a markdown section: first cell of each row -> the other cells."""
-    rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("|")]
-    return {r[0].strip(): [c.strip() for c in r[1:]] for r in rows if not r[0].startswith("---")}
 
 
 def test_bound_table_has_a_row_per_cell_and_a_column_per_policy(paper):
     rows = paper.rows_of("tiny")
-    table = cells(paper.bound_section("tiny", rows, lambda r: r["apps.1.load"]))
+    table = markdown_rows(paper.bound_section("tiny", rows, lambda r: r["apps.1.load"]))
     assert table[""] == ["BLESS", "UNBOUND", "ISO"]
     assert list(table)[1:] == ["poisson:20", "B", "**mean**"]
     assert all(float(c) > 0 for row in list(table.values())[1:] for c in row)
@@ -69,7 +44,7 @@ def test_ratio_is_mean_latency_over_the_bless_configs_bound(paper):
 
 def test_headline_names_each_experiment_and_blesss_distance_to_the_bound(paper):
     text = "\n".join(paper.bound_headline(["tiny"]))
-    table = cells(text)
+    table = markdown_rows(text)
     assert table["mean latency / lower bound (bless bound)"] == ["BLESS", "UNBOUND", "ISO"]
     assert [c.split(" ")[1] for c in table["**mean over the experiments**"]] == ["(1)"] * 3
     above = 100 * (paper.bound_means("tiny")["BLESS"] - 1)

@@ -3,42 +3,13 @@
 from __future__ import annotations
 
 import pytest
-import yaml
-from scripts import load_script
-
-SWEEP = {
-    "name": "tiny",
-    "base": {
-        "gpu": "a100",
-        "duration": 0.4,
-        "warmup": 0.1,
-        "seed": 0,
-        "noise": 0.02,
-        "apps": [
-            {"app": "resnet50", "quota": 0.5, "load": "poisson:40"},
-            {"app": "bert", "quota": 0.5, "load": "B"},
-        ],
-    },
-    "grid": {"policy": ["bless", "gslice", "unbound"], "apps.0.load": ["poisson:40", "poisson:60"]},
-}
+from scripts import markdown_rows, with_tiny_experiment
 
 
 @pytest.fixture(scope="module")
 def spread(tmp_path_factory):
     """seed_spread.py reading its experiments from a temporary folder that holds the tiny sweep."""
-    module = load_script("experiments/seed_spread.py")
-    here = tmp_path_factory.mktemp("experiments")
-    (here / "tiny.yaml").write_text(yaml.safe_dump(SWEEP))
-    module.HERE = here
-    return module
-
-
-def rows(text: str) -> dict[str, list[str]]:
-    return {
-        r[0].strip(): [c.strip() for c in r[1:]]
-        for r in (line.strip("|").split("|") for line in text.splitlines() if line.startswith("|"))
-        if not r[0].startswith("---")
-    }
+    return with_tiny_experiment("experiments/seed_spread.py", tmp_path_factory.mktemp("experiments"))
 
 
 def test_seeds_read_as_ranges_and_lists(spread):
@@ -59,7 +30,7 @@ def test_each_seed_is_deterministic_and_the_mean_is_over_the_seeds(spread, capsy
     first = capsys.readouterr().out
     assert spread.main(argv) == 0
     assert capsys.readouterr().out == first  # the same seeds, the same report
-    table = rows(first)
+    table = markdown_rows(first)
     assert set(table) == {"seed", "0", "1", "**mean**"}
     per_seed = [[float(v) for v in table[s][:2]] for s in ("0", "1")]
     assert per_seed[0] != per_seed[1]  # the seed draws the arrivals and the noise
@@ -75,3 +46,14 @@ def test_bad_arguments_name_the_fix(spread):
         spread.main(["nope"])
     with pytest.raises(SystemExit, match="at least two policies"):
         spread.main(["tiny", "--policies", "bless"])
+    with pytest.raises(
+        SystemExit, match="--metric: 'p42' is not a number of a run's summary; use one of: .*mean_latency_ms"
+    ):
+        spread.main(["tiny", "--metric", "p42", "--seeds", "0"])
+
+
+def test_another_metric_of_the_runs_summaries(spread, capsys):
+    assert spread.main(["tiny", "--metric", "latency_deviation_ms", "--seeds", "0", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("## tiny: latency_deviation_ms, the mean over its 2 cells, per seed")
+    assert set(markdown_rows(out)) == {"seed", "0", "**mean**"}
