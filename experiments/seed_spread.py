@@ -6,8 +6,9 @@ noise, so a difference between two policies smaller than its spread over seeds s
 about which is faster.  This script re-runs every cell of an experiment under each policy at
 each seed and reports a metric of the runs' summaries (``--metric``: by default the mean
 latency over apps, ``latency_deviation_ms`` for Fig. 14's measure) averaged over the
-experiment's cells, as ``paper.py`` averages it, per seed and on average, and each policy's
-difference to the first one, per seed, with its range and its mean.
+experiment's cells, as ``paper.py`` averages it, per seed and on average, and the first
+policy's difference to each other one, per seed and on the mean, with its range over the
+seeds and its standard deviation.  Policies are named (each with its default parameters).
 
     python experiments/seed_spread.py workload_d --policies bless,unbound --seeds 0-5 \\
         > experiments/results/workload_d_seeds.md      # ~12 min on 2 cores
@@ -100,17 +101,22 @@ def main(argv: list[str] | None = None) -> int:
             values += pool.map(measure, *zip(*jobs[1:]))
     means = np.array(values).reshape(len(seeds), len(policies), len(runs)).mean(axis=2)
     first = policies[0]
+
+    def versus(row: np.ndarray) -> str:
+        return " | ".join(f"{row[0] / row[j] - 1:+.2%}" if row[j] else "-" for j in range(1, len(policies)))
+
     print(f"## {args.experiment}: {args.metric}, the mean over its {len(runs)} cells, per seed\n")
     print("| seed | " + " | ".join(policies) + " | " + " | ".join(f"{first} vs {p}" for p in policies[1:]) + " |")
     print("|---|" + "---|" * (2 * len(policies) - 1))
     for s, row in zip(seeds, means):
-        diffs = [f"{row[0] / row[j] - 1:+.2%}" for j in range(1, len(policies))]
-        print(f"| {s} | " + " | ".join(f"{v:.3f}" for v in row) + " | " + " | ".join(diffs) + " |")
+        print(f"| {s} | " + " | ".join(f"{v:.3f}" for v in row) + f" | {versus(row)} |")
     avg = means.mean(axis=0)
-    diffs = [f"{avg[0] / avg[j] - 1:+.2%}" for j in range(1, len(policies))]
-    print("| **mean** | " + " | ".join(f"{v:.3f}" for v in avg) + " | " + " | ".join(diffs) + " |")
+    print("| **mean** | " + " | ".join(f"{v:.3f}" for v in avg) + f" | {versus(avg)} |")
     print()
     for j, p in enumerate(policies[1:], start=1):
+        if not means[:, j].all():
+            print(f"{first} vs {p}: no ratio ({p}'s {args.metric} is 0 at some seed)")
+            continue
         rel = means[:, 0] / means[:, j] - 1
         print(
             f"{first} vs {p}: below it at {int(np.sum(rel < 0))} of {len(seeds)} seeds; "

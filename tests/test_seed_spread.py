@@ -57,3 +57,11 @@ def test_another_metric_of_the_runs_summaries(spread, capsys):
     out = capsys.readouterr().out
     assert out.startswith("## tiny: latency_deviation_ms, the mean over its 2 cells, per seed")
     assert set(markdown_rows(out)) == {"seed", "0", "**mean**"}
+
+
+def test_no_ratio_to_a_policy_whose_metric_is_zero(spread, capsys):
+    # Deadline pacing streams its kernels: a BLESS run counts no squads.
+    assert spread.main(["tiny", "--metric", "squads", "--policies", "iso,bless", "--seeds", "0", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert markdown_rows(out)["0"][2] == "-"
+    assert "iso vs bless: no ratio (bless's squads is 0 at some seed)" in out
