@@ -25,7 +25,6 @@ its ISO target.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -87,18 +86,12 @@ def cells() -> list[tuple[str, dict[str, Any]]]:
     """(experiment, run config) of each cell of :data:`EXPERIMENTS` for each of :data:`POLICIES`."""
     from bless.harness.sweep import load_sweep
 
-    jobs = []
-    for name in EXPERIMENTS:
-        seen = set()
-        for _, raw in load_sweep(HERE / f"{name}.yaml").runs():
-            for policy in POLICIES:
-                cell = copy.deepcopy(raw)
-                cell["policy"] = policy
-                key = json.dumps(cell, sort_keys=True, default=str)
-                if key not in seen:  # the policy dimension collapses to ours
-                    seen.add(key)
-                    jobs.append((name, cell))
-    return jobs
+    return [
+        (name, {**cell, "policy": policy})
+        for name in EXPERIMENTS
+        for cell in load_sweep(HERE / f"{name}.yaml").configs_without("policy")  # the policy dimension: ours
+        for policy in POLICIES
+    ]
 
 
 def measure(job: tuple[str, dict[str, Any], bool]) -> tuple[str, str, float, float]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -54,15 +53,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def cells(experiment: str) -> list[dict[str, Any]]:
     """The experiment's distinct run configurations with the policy left out."""
-    out: list[dict[str, Any]] = []
-    seen = set()
-    for _, raw in load_sweep(HERE / f"{experiment}.yaml").runs():
-        raw.pop("policy", None)
-        key = json.dumps(raw, sort_keys=True, default=str)
-        if key not in seen:
-            seen.add(key)
-            out.append(raw)
-    return out
+    return load_sweep(HERE / f"{experiment}.yaml").configs_without("policy")
 
 
 def measure(cell: dict[str, Any], policy: str, seed: int, metric: str) -> float:

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -47,8 +49,6 @@ TINY_SWEEP = {
 def with_tiny_experiment(relative: str, here: Path) -> ModuleType:
     """The experiment script at ``relative`` reading its experiments from ``here``, which holds
     :data:`TINY_SWEEP` as ``tiny.yaml``."""
-    import yaml
-
     (here / "tiny.yaml").write_text(yaml.safe_dump(TINY_SWEEP))
     module = load_script(relative)
     module.HERE = here

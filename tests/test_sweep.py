@@ -44,6 +44,21 @@ def test_grid_is_a_cartesian_product_and_zip_pairs_keys():
     assert sweep.keys == ["policy", "apps.*.load", "apps.0.quota", "apps.1.quota"]
 
 
+def test_the_configs_a_sweep_repeats_for_each_value_of_a_key():
+    sweep = parse_sweep(
+        {
+            "base": {**BASE, "policy": "iso"},
+            "grid": {"policy": ["bless", "unbound", "bless"], "apps.*.load": ["A", "C"]},
+        }
+    )
+    configs = sweep.configs_without("policy")
+    assert [[a["load"] for a in c["apps"]] for c in configs] == [["A", "A"], ["C", "C"]]  # grid order, once each
+    assert all("policy" not in c for c in configs)
+    runs = [cfg for _, cfg in sweep.runs()]
+    assert sweep.configs_without("seed") == runs[:4]  # the repeated bless's runs once
+    assert BASE["apps"][0]["load"] == "B"
+
+
 def test_set_path_and_errors():
     raw = {"apps": [{"app": "a"}, {"app": "b"}]}
     set_path(raw, "apps.1.quota", 0.3)

@@ -82,6 +82,20 @@ class Sweep:
                 set_path(raw, key, copy.deepcopy(value))
             yield values, raw
 
+    def configs_without(self, key: str) -> list[dict[str, Any]]:
+        """The distinct run configs with top-level ``key`` left out, in grid order of their first
+        run: the cells the sweep repeats for each value of ``key`` (its policies, say), for a
+        study that runs them under values of its own."""
+        out: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for _, raw in self.runs():
+            raw.pop(key, None)
+            text = json.dumps(raw, sort_keys=True, default=str)
+            if text not in seen:
+                seen.add(text)
+                out.append(raw)
+        return out
+
     def __len__(self) -> int:
         return math.prod(len(rows) for _, rows in self.dimensions)
 
