@@ -65,3 +65,16 @@ def test_no_ratio_to_a_policy_whose_metric_is_zero(spread, capsys):
     out = capsys.readouterr().out
     assert markdown_rows(out)["0"][2] == "-"
     assert "iso vs bless: no ratio (bless's squads is 0 at some seed)" in out
+
+
+def test_the_worst_app_over_its_iso_target_is_the_largest_over_the_cells(spread, capsys):
+    argv = ["tiny", "--metric", "worst_over_iso", "--policies", "bless,iso", "--seeds", "0", "--jobs", "1"]
+    assert spread.main([*argv, "--cells", "mean"]) == 0
+    mean = markdown_rows(capsys.readouterr().out)["0"][:2]
+    assert spread.main([*argv, "--cells", "max"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("## tiny: worst_over_iso, the largest of its 2 cells, per seed")
+    worst = [float(v) for v in markdown_rows(out)["0"][:2]]
+    assert all(w >= float(m) > 0 for w, m in zip(worst, mean))
+    assert max(worst) > max(map(float, mean))  # the two cells differ, so their largest is above their mean
+    assert "bless: above 1.01 at " in out and "iso: above 1.01 at " in out

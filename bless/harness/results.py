@@ -142,6 +142,14 @@ class RunResult:
         """sum_j max(T_sys_j - T_iso_j, 0), the paper's quota-violation measure."""
         return float(sum(a.deviation for a in self.apps if a.completed))
 
+    @property
+    def worst_over_iso(self) -> float:
+        """The largest of the apps' mean latency over their ISO target: the quota's promise, at or
+        below 1 when every app got at least what its quota alone would give it (nan: no app
+        finished a request)."""
+        ratios = [a.mean / a.iso_latency for a in self.apps if a.completed]
+        return max(ratios) if ratios else math.nan
+
     def summary(self) -> dict[str, Any]:
         sq = self.squad_durations
         return {
