@@ -29,11 +29,18 @@ class MissingDataError(FileNotFoundError):
 
 
 def shared_data_dir() -> Path:
-    """The shared data directory (it may not exist on a user's machine)."""
+    """The shared data directory (it may not exist on a user's machine).
+
+    ``$BLESS_SHARED_DATA`` if set; else ``../shared/data`` beside the source checkout the
+    package runs from, or, for an installed wheel (whose package sits in ``site-packages``),
+    beside the working directory, a checkout's root where its scripts run; the first of the
+    two that exists, the checkout's where neither does (the error then names it)."""
     env = os.environ.get("BLESS_SHARED_DATA")
     if env:
         return Path(env)
-    return (REPO_ROOT.parent / "shared" / "data").resolve()
+    beside_source = (REPO_ROOT.parent / "shared" / "data").resolve()
+    beside_cwd = (Path.cwd().parent / "shared" / "data").resolve()
+    return next((d for d in (beside_source, beside_cwd) if d.is_dir()), beside_source)
 
 
 def shared_file(relative: str, dataset: str) -> Path:
