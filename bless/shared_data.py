@@ -33,8 +33,8 @@ def shared_data_dir() -> Path:
 
     ``$BLESS_SHARED_DATA`` if set; else ``../shared/data`` beside the source checkout the
     package runs from, or, for an installed wheel (whose package sits in ``site-packages``),
-    beside the working directory, a checkout's root where its scripts run; the first of the
-    two that exists, the checkout's where neither does (the error then names it)."""
+    beside the working directory, a checkout's root where its scripts run: the first of the
+    two that exists, or the first where neither does (the error then names it)."""
     env = os.environ.get("BLESS_SHARED_DATA")
     if env:
         return Path(env)
