@@ -48,10 +48,11 @@ def shared_file(relative: str, dataset: str) -> Path:
 
     ``dataset`` names the public source so the user knows what to download.
     """
-    path = shared_data_dir() / relative
+    folder = shared_data_dir()
+    path = folder / relative
     if not path.exists():
         raise MissingDataError(
-            f"{relative} not found under {shared_data_dir()}: download {dataset} and put it at {path} "
+            f"{relative} not found under {folder}: download {dataset} and put it at {path} "
             f"(or set BLESS_SHARED_DATA to the directory that holds it)"
         )
     return path
