@@ -109,7 +109,7 @@ def measure(job: tuple[str, dict[str, Any], bool]) -> tuple[str, str, float, flo
     result = run_config(cfg)
     mean = sum(a.mean for a in result.apps) / len(result.apps)
     closed = all(parse_load(a.load, "load").closed for a in cfg.apps)
-    worst = max(a.mean / a.iso_latency for a in result.apps) if closed else math.nan
+    worst = result.worst_over_iso if closed else math.nan
     return name, policy, mean / bound_for_config(cfg).mean, worst
 
 

@@ -23,9 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from bless.harness.results import OVER_ISO
+
 sys.path.insert(0, str(Path(__file__).parent))
 # The sibling script's runs and measures, and its command line for a run of every policy:
-from random_groups import SHIPPED, TOLERANCE, Member, every_policy, policy_arguments, run
+from random_groups import SHIPPED, Member, every_policy, policy_arguments, run
 
 POLICIES = ("bless", "gslice", "unbound", "iso")
 QUOTAS = (15, 16)
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         served = np.array([results[c, p][1] for c in every])
         due = np.array([results[c, p][2] for c in every])
         print(
-            f"{p}: loops over ISO by more than 1 %: {int(np.sum(loops > TOLERANCE))} of {len(loops)} "
+            f"{p}: loops over ISO by more than 1 %: {int(np.sum(loops > OVER_ISO))} of {len(loops)} "
             f"(worst {loops.max():.3f}); small apps served at {served.min():.2f}-{served.max():.2f}x their "
             f"quota's throughput, {int(np.sum(served < due - 0.01))} more than 0.01 below their due "
             f"({due.min():.2f}-{due.max():.2f}x)."

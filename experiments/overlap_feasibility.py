@@ -268,7 +268,7 @@ def simulated(apps: list[tuple[str, str]], policy: str, gap: float) -> float:
         "apps": [{"app": path, "quota": quota, "load": Arrivals(times)} for path, quota in apps],
     }
     result = run_config(config_from_dict(config))
-    return max(a.mean / a.iso_latency for a in result.apps)
+    return result.worst_over_iso
 
 
 def row(
